@@ -1,0 +1,53 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+
+def read_scalars(run_dir):
+    """{tag: (steps, values)} from a run directory's TensorBoard events."""
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    return {tag: (np.array([e.step for e in events.Scalars(tag)]), np.array([e.value for e in events.Scalars(tag)]))
+            for tag in events.Tags()["scalars"]}
+
+
+def read_text(run_dir, tag="hyperparameters"):
+    events = EventAccumulator(run_dir, size_guidance={"tensors": 0})
+    events.Reload()
+    tag = next(t for t in events.Tags()["tensors"] if t.startswith(tag))
+    return events.Tensors(tag)[0].tensor_proto.string_val[0].decode()
+
+
+def run_script(script, args, cwd, timeout=300, env=None):
+    """Run a project script as a user would; return (completed process, the run directory it made)."""
+    before = set(os.listdir(os.path.join(cwd, "runs"))) if os.path.isdir(os.path.join(cwd, "runs")) else set()
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    made = sorted(set(os.listdir(os.path.join(cwd, "runs"))) - before)
+    assert len(made) == 1, made
+    return proc, os.path.join(cwd, "runs", made[0])
+
+
+def run_bad(script, args, tmp_path):
+    """Run a script with bad input: it must fail at once with a usage error (exit 2), no traceback."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    assert not os.path.exists(os.path.join(tmp_path, "runs")), "no run directory for bad input"
+    return proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

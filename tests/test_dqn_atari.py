@@ -1,0 +1,198 @@
+"""dqn_atari.py on real ALE games, plus its pure pieces checked against hand-computed values."""
+import os
+
+import numpy as np
+import pytest
+import torch
+from ale_py.vector_env import AtariVectorEnv
+
+import catch
+import dqn_atari
+from conftest import read_scalars, read_text, run_bad, run_script
+
+# A short Breakout run: 600 warm-up steps, then 1,200 learning steps at one update per 2 steps.
+SHORT = ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1800", "--learning-starts", "600",
+         "--buffer-size", "5000", "--batch-size", "8", "--learn-steps-period", "2", "--target-network-frequency", "300",
+         "--exploration-fraction", "0.5", "--seed", "3"]
+SHORT_UPDATES = (1800 - 600) // 2
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("short")
+    proc, run_dir = run_script("dqn_atari.py", SHORT + ["--save-model", "--eval-episodes", "2"], cwd)
+    return proc, run_dir
+
+
+def test_short_run_logs_what_a_user_reads(short_run):
+    proc, run_dir = short_run
+    scalars = read_scalars(run_dir)
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon", "charts/updates",
+                "losses/td_loss", "losses/q_values", "eval/episodic_return"]:
+        assert tag in scalars, tag
+        steps, values = scalars[tag]
+        assert np.all(np.isfinite(values)), tag
+        if not tag.startswith("eval/"):
+            assert steps.min() >= 0 and steps.max() <= 1800, tag
+    # Whole Breakout games under a mostly random policy: integer scores, 0 to a few dozen,
+    # and lengths of full five-life games (far more than one life's ~40 steps).
+    returns = scalars["charts/episodic_return"][1]
+    assert len(returns) >= 3
+    assert np.all(returns >= 0) and np.all(returns <= 60) and np.all(returns == np.round(returns))
+    assert np.median(scalars["charts/episodic_length"][1]) > 100
+    # One update per learn_steps_period steps after learning starts, as charts/updates reports.
+    steps, updates = scalars["charts/updates"]
+    assert steps[-1] == 1800 and abs(updates[-1] - SHORT_UPDATES) <= 1
+    assert len(scalars["losses/td_loss"][1]) == int(updates[-1]) // 100
+    eps_steps, eps = scalars["charts/epsilon"]
+    assert np.all(np.diff(eps) <= 0) and eps.min() >= 0.01 - 1e-6 and eps.max() <= 1.0
+    assert np.all(scalars["charts/SPS"][1] > 0)
+    assert len(scalars["eval/episodic_return"][1]) == 2
+    assert os.path.isfile(os.path.join(run_dir, "dqn_atari.pt"))
+    assert "|learn_steps_period|2|" in read_text(run_dir)
+    assert "step 1,800/1,800" in proc.stdout and "steps/s" in proc.stdout
+
+
+def test_saved_model_loads_into_the_network(short_run):
+    _, run_dir = short_run
+    q_network = dqn_atari.QNetwork(4)
+    q_network.load_state_dict(torch.load(os.path.join(run_dir, "dqn_atari.pt")))
+    assert q_network(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 4)
+
+
+def test_same_seed_same_losses_and_returns(short_run, tmp_path):
+    _, first = short_run
+    _, second = run_script("dqn_atari.py", SHORT, tmp_path)
+    a, b = read_scalars(first), read_scalars(second)
+    for tag in ["losses/td_loss", "losses/q_values", "charts/episodic_return", "charts/episodic_length"]:
+        np.testing.assert_array_equal(a[tag][0], b[tag][0])
+        np.testing.assert_array_equal(a[tag][1], b[tag][1])
+
+
+def test_td_target_by_hand():
+    rewards = torch.tensor([1.0, 0.0, -1.0, 1.0])
+    dones = torch.tensor([0.0, 1.0, 0.0, 1.0])
+    next_q_max = torch.tensor([2.0, 5.0, 0.5, -3.0])
+    target = dqn_atari.td_target(rewards, dones, next_q_max, 0.9)
+    torch.testing.assert_close(target, torch.tensor([1.0 + 0.9 * 2.0, 0.0, -1.0 + 0.9 * 0.5, 1.0]))
+
+
+def test_epsilon_schedule_by_hand():
+    assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 0) == 1.0
+    assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 500) == pytest.approx(0.505)
+    assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 1000) == pytest.approx(0.01)
+    assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 5000) == pytest.approx(0.01)
+
+
+def test_rom_names():
+    assert dqn_atari.rom_name("BreakoutNoFrameskip-v4") == "breakout"
+    assert dqn_atari.rom_name("ALE/MontezumaRevenge-v5") == "montezuma_revenge"
+    assert dqn_atari.rom_name("pong") == "pong"
+
+
+def play_into_replay(capacity, steps, seed=0):
+    """Play Breakout at random the way the training loop does, storing into a replay; keep
+    every observation so the replay's rebuilt stacks can be compared with the real ones."""
+    envs = dqn_atari.make_env("BreakoutNoFrameskip-v4", 1, seed)
+    replay = dqn_atari.ReplayMemory(capacity, 1)
+    rng = np.random.default_rng(seed)
+    obs, infos = envs.reset(seed=seed)
+    lives, game_starts, game_ends = infos["lives"], np.ones(1, bool), np.zeros(1, bool)
+    history = []  # (obs, action, reward, next_obs, done, real transition) of every step
+    for _ in range(steps):
+        actions = rng.integers(0, 4, size=1)
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        life_lost = infos["lives"] < lives
+        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~game_ends, game_starts)
+        history.append((obs[0], actions[0], np.sign(rewards[0]), next_obs[0], (terminations | life_lost)[0], not game_ends[0]))
+        game_starts, game_ends, lives, obs = game_ends, terminations | truncations, infos["lives"], next_obs
+    return replay, history
+
+
+def test_replay_rebuilds_the_real_stacks_across_games_and_the_wrap():
+    capacity, steps = 700, 2000  # the ring wraps almost twice, over several whole games
+    replay, history = play_into_replay(capacity, steps)
+    assert replay.full
+    rows = np.arange(capacity)
+    ok = replay.sampleable(rows, np.zeros(capacity, dtype=np.int64))
+    first_step = steps - capacity  # the history step that row 0 of the ring... rotated by pos
+    checked = game_starts_seen = 0
+    for row in rows[ok]:
+        step = first_step + (row - replay.pos) % capacity
+        obs, action, reward, next_obs, done, real = history[step]
+        assert real, "the reset step after a game's end is never sampled"
+        stack = replay.stacks(np.array([row]), np.array([0]))[0]
+        next_stack = replay.stacks(np.array([(row + 1) % capacity]), np.array([0]))[0]
+        np.testing.assert_array_equal(stack, obs)
+        np.testing.assert_array_equal(next_stack, next_obs)
+        assert replay.actions[row, 0] == action and replay.rewards[row, 0] == reward and replay.dones[row, 0] == done
+        game_starts_seen += int(not obs[0].any())  # zero padding: the first steps of a game
+        checked += 1
+    assert checked > capacity - 20
+    assert game_starts_seen >= 3 * 3, "several games began inside the ring"
+    # The rows that cannot be rebuilt are exactly the reset steps, the newest row and the oldest three.
+    assert (~ok).sum() == (~replay.valid[:, 0]).sum() + 1 + 3 - (~replay.valid[:, 0])[[(replay.pos + k) % capacity for k in (-1, 0, 1, 2)]].sum()
+
+
+def test_replay_samples_only_real_transitions():
+    replay, history = play_into_replay(1000, 1500, seed=1)
+    states, actions, rewards, next_states, dones = replay.sample(4096, np.random.default_rng(0))
+    assert states.shape == (4096, 4, 84, 84) and next_states.shape == (4096, 4, 84, 84)
+    # the next observation is the current one shifted by one frame, within a game
+    np.testing.assert_array_equal(states[:, 1:], next_states[:, :-1])
+    assert set(np.unique(rewards)) <= {0, 1} and dones.any() and (~dones).any()
+
+
+def test_replay_costs_one_frame_per_transition():
+    replay = dqn_atari.ReplayMemory(10_000, 1)
+    total = sum(a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones, replay.valid, replay.firsts))
+    assert total / 10_000 == dqn_atari.REPLAY_BYTES_PER_TRANSITION <= 7_500
+
+
+def test_learns_catch_beyond_random(in_tmp, monkeypatch):
+    random_return = catch.random_policy_return()
+    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    run_dir = dqn_atari.main(["--total-timesteps", "3200", "--learning-starts", "500", "--buffer-size", "10000",
+                              "--learning-rate", "5e-4", "--target-network-frequency", "200",
+                              "--exploration-fraction", "0.4", "--end-e", "0.05", "--learn-steps-period", "2"])
+    returns = read_scalars(run_dir)["charts/episodic_return"][1]
+    assert random_return < -0.5
+    assert returns[-100:].mean() > 0.5, returns[-100:].mean()
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--total-timesteps", "0"], "--total-timesteps"),
+    (["--buffer-size", "-5"], "--buffer-size"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--learn-steps-period", "0"], "--learn-steps-period"),
+    (["--learn-steps-period", "2.5"], "--learn-steps-period"),
+    (["--learning-rate", "0"], "--learning-rate"),
+    (["--start-e", "1.5"], "--start-e"),
+    (["--end-e", "-0.1"], "--end-e"),
+    (["--gamma", "2"], "--gamma"),
+    (["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),
+    (["--buffer-size", str(10**12)], "--buffer-size"),
+])
+def test_bad_input_fails_at_once(args, flag, tmp_path):
+    message = run_bad("dqn_atari.py", args, tmp_path)
+    assert flag in message and "error" in message
+
+
+def test_continuous_action_space_is_refused(in_tmp, monkeypatch, capsys):
+    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, n, seed: AtariVectorEnv("breakout", n, continuous=True))
+    with pytest.raises(SystemExit) as exit_info:
+        dqn_atari.main(["--total-timesteps", "100"])
+    assert exit_info.value.code == 2 and "--env-id" in capsys.readouterr().err
+
+
+def test_capture_video_without_imageio_fails_at_once(in_tmp, monkeypatch, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "imageio", None)
+    with pytest.raises(SystemExit) as exit_info:
+        dqn_atari.main(["--capture-video", "--save-model"])
+    assert exit_info.value.code == 2 and "pip install imageio" in capsys.readouterr().err
+    assert not os.path.exists("runs")
+
+
+def test_a_new_run_never_overwrites_an_old_one(in_tmp):
+    first, second = dqn_atari.new_run_dir("same_name"), dqn_atari.new_run_dir("same_name")
+    assert first != second and os.path.isdir(first) and os.path.isdir(second)
