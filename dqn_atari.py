@@ -124,6 +124,8 @@ def parse_args(argv=None):
     if roms.get_rom_path(rom_name(args.env_id)) is None:
         p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
                 f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
+    if args.learning_starts < args.batch_size:
+        p.error(f"argument --learning-starts: must be at least --batch-size ({args.batch_size})")
     if args.buffer_size < args.batch_size + STACK:
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
@@ -175,7 +177,7 @@ class QNetwork(nn.Module):
 
 def linear_schedule(start_e, end_e, duration, t):
     """Epsilon falls linearly from start_e to end_e over `duration` steps, then stays there."""
-    slope = (end_e - start_e) / duration
+    slope = (end_e - start_e) / max(duration, 1)
     return max(slope * t + start_e, end_e)
 
 
@@ -328,9 +330,10 @@ def main(argv=None):
 
         # The emulator runs in its own C++ thread: send the actions, learn while it plays, collect.
         envs.send(actions)
+        global_step += envs.num_envs
 
         # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started
-        while global_step >= args.learning_starts and updates < (global_step - args.learning_starts) // args.learn_steps_period:
+        while global_step > args.learning_starts and updates < (global_step - args.learning_starts) // args.learn_steps_period:
             states, batch_actions, rewards, next_states, dones = replay.sample(args.batch_size, rng)
             states, next_states = torch.from_numpy(states).to(device), torch.from_numpy(next_states).to(device)
             rewards, dones = torch.from_numpy(rewards).to(device).float(), torch.from_numpy(dones).to(device).float()
@@ -347,12 +350,11 @@ def main(argv=None):
                 writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
 
         # ALGO LOGIC: the target network follows the Q-network every target_network_frequency steps
-        if global_step >= args.learning_starts and global_step % args.target_network_frequency == 0:
+        if global_step > args.learning_starts and global_step % args.target_network_frequency == 0:
             for target_param, param in zip(target_network.parameters(), q_network.parameters()):
                 target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
 
         next_obs, rewards, terminations, truncations, infos = envs.recv()
-        global_step += envs.num_envs
 
         # A lost life is a terminal for learning; a time-limit truncation is not (we bootstrap).
         life_lost = infos["lives"] < lives

@@ -1,0 +1,88 @@
+"""dqn_atari_vec.py: the same DQN on several environments, on real ALE games."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import dqn_atari_vec
+from conftest import read_scalars, run_bad, run_script
+
+SAME = ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1400", "--learning-starts", "600",
+        "--buffer-size", "5000", "--batch-size", "8", "--target-network-frequency", "300",
+        "--exploration-fraction", "0.5", "--seed", "5", "--save-model", "--eval-episodes", "1"]
+
+
+def test_one_env_logs_exactly_what_dqn_atari_logs(tmp_path):
+    _, reference = run_script("dqn_atari.py", SAME + ["--learn-steps-period", "4"], tmp_path)
+    _, vectorized = run_script("dqn_atari_vec.py", SAME + ["--envs-count", "1", "--learn-steps-period", "4"], tmp_path)
+    a, b = read_scalars(reference), read_scalars(vectorized)
+    for tag in ["charts/episodic_return", "charts/episodic_length", "losses/td_loss", "losses/q_values",
+                "eval/episodic_return"]:
+        assert len(a[tag][1]) > 0, tag
+        np.testing.assert_array_equal(a[tag][0], b[tag][0])
+        np.testing.assert_array_equal(a[tag][1], b[tag][1])
+    assert a["charts/updates"][1][-1] == b["charts/updates"][1][-1] == (1400 - 600) // 4
+    # the strongest check: after 200 updates the two networks are the same, weight for weight
+    weights_a = torch.load(os.path.join(reference, "dqn_atari.pt"))
+    weights_b = torch.load(os.path.join(vectorized, "dqn_atari_vec.pt"))
+    for name in weights_a:
+        torch.testing.assert_close(weights_a[name], weights_b[name], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("envs_count, period", [(4, 8), (8, 4)])
+def test_updates_follow_learn_steps_period(envs_count, period, tmp_path):
+    total, starts = 2000, 800
+    _, run_dir = run_script("dqn_atari_vec.py", [
+        "--total-timesteps", str(total), "--learning-starts", str(starts), "--buffer-size", "4000", "--batch-size", "8",
+        "--envs-count", str(envs_count), "--learn-steps-period", str(period), "--exploration-fraction", "0.2"], tmp_path)
+    scalars = read_scalars(run_dir)
+    steps, updates = scalars["charts/updates"]
+    assert steps[-1] == total
+    assert abs(updates[-1] - (total - starts) / period) <= 1
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon",
+                "losses/td_loss", "losses/q_values"]:
+        assert tag in scalars and np.all(np.isfinite(scalars[tag][1])), tag
+    returns = scalars["charts/episodic_return"][1]
+    # whole Breakout games from all environments: more games than one environment could finish
+    assert len(returns) >= envs_count and np.all(returns >= 0) and np.all(returns == np.round(returns))
+    assert np.all(scalars["charts/episodic_length"][1] > 50)
+
+
+def test_replay_stacks_stay_within_one_environment():
+    envs_count, capacity, steps = 3, 900, 500  # 300 rows of 3 columns: the ring wraps
+    envs = dqn_atari_vec.make_env("BreakoutNoFrameskip-v4", envs_count, 7)
+    replay = dqn_atari_vec.ReplayMemory(capacity, envs_count)
+    rng = np.random.default_rng(7)
+    obs, infos = envs.reset(seed=7)
+    lives, game_starts, game_ends = infos["lives"], np.ones(envs_count, bool), np.zeros(envs_count, bool)
+    history = []
+    for _ in range(steps):
+        actions = rng.integers(0, 4, size=envs_count)
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        life_lost = infos["lives"] < lives
+        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~game_ends, game_starts)
+        history.append((obs, next_obs))
+        game_starts, game_ends, lives, obs = game_ends, terminations | truncations, infos["lives"], next_obs
+    assert replay.full and replay.frames.shape[:2] == (300, 3)
+    rows = np.repeat(np.arange(300), envs_count)
+    cols = np.tile(np.arange(envs_count), 300)
+    ok = replay.sampleable(rows, cols)
+    assert ok.sum() > 0.9 * len(rows)
+    stacks, next_stacks = replay.stacks(rows[ok], cols[ok]), replay.stacks((rows[ok] + 1) % 300, cols[ok])
+    for stack, next_stack, row, col in zip(stacks, next_stacks, rows[ok], cols[ok]):
+        step = steps - 300 + (row - replay.pos) % 300
+        np.testing.assert_array_equal(stack, history[step][0][col])
+        np.testing.assert_array_equal(next_stack, history[step][1][col])
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--envs-count", "0"], "--envs-count"),
+    (["--envs-count", "-2"], "--envs-count"),
+    (["--learn-steps-period", "0"], "--learn-steps-period"),
+    (["--learn-steps-period", "1.5"], "--learn-steps-period"),
+    (["--learn-steps-period", "four"], "--learn-steps-period"),
+])
+def test_bad_input_fails_at_once(args, flag, tmp_path):
+    message = run_bad("dqn_atari_vec.py", args, tmp_path)
+    assert flag in message and "error" in message
