@@ -1,0 +1,327 @@
+"""A2C with batched updates: advantage actor-critic on Atari, one gradient step per rollout.
+
+What it shows: the actor-critic loop, step by step. Each step the actor samples an action in
+every environment, the environments step, and every transition gives two losses: the actor's
+-log pi(a|s) * A, where the advantage A is the TD error r + gamma * V(s') - V(s) taken as a
+constant, and the critic's squared TD error (no bootstrap past a terminal). The losses go into
+batches; when the batches hold `--rollout-length` steps, their means make one gradient step and
+the batches start again empty. As in A2C practice, an entropy bonus (`--ent-coef`) keeps the
+policy from settling too early and gradient-norm clipping (`--max-grad-norm`) keeps one bad
+batch from wrecking the network.
+
+Actor and critic share one Nature CNN with two heads (action logits and V(s)) instead of being
+two networks. On a CPU the CNN is where the time goes, and one trunk halves it; the critic's
+training also gives the actor better features from the pixels. With shared weights, the
+actor's step and the critic's step become one step on the sum of their losses, the critic's
+weighted by `--vf-coef` (for two separate networks, one Adam over both would move each exactly
+as two Adams do).
+
+The environments are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv,
+with the preprocessing of dqn_atari.py (done in C++). A lost life is a terminal for learning
+and rewards are clipped to their sign for learning, but `charts/episodic_return` is the whole
+game's real score.
+
+Diff it against: dqn_atari.py (learning values from a replay memory instead of a policy from
+the latest steps) and ppo_atari.py (what PPO adds: GAE, the clipped objective, several epochs
+of minibatches over each rollout).
+
+    python a2c_batched.py --env-id BreakoutNoFrameskip-v4
+    tensorboard --logdir runs
+"""
+
+import argparse
+import collections
+import os
+import random
+import re
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+from ale_py import roms
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.spaces import Discrete
+from torch.distributions import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+FRAME_SHAPE = (84, 84)
+STACK = 4
+
+
+# ---------------------------------------------------------------- arguments (plumbing)
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def positive_float(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def non_negative_float(text):
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def probability(text):
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def rom_name(env_id):
+    """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name)."""
+    name = env_id.split("/")[-1]
+    name = re.sub(r"(NoFrameskip)?(-v\d+)?$", "", name)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
+    p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
+    p.add_argument("--torch-deterministic", action=argparse.BooleanOptionalAction, default=True,
+                   help="make cudnn deterministic")
+    p.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU when there is one")
+    p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
+                   help="save the network into the run directory, then evaluate it")
+    p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
+    p.add_argument("--eval-epsilon", type=probability, default=0.0,
+                   help="chance of a random action instead of the policy's in the evaluation games "
+                        "(the policy samples its actions, so it explores already)")
+    # Algorithm
+    p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000,
+                   help="environment steps of the run, summed over the environments")
+    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="Adam's learning rate")
+    p.add_argument("--envs-count", type=positive_int, default=16, help="environments stepped together")
+    p.add_argument("--rollout-length", type=positive_int, default=10,
+                   help="steps whose losses make one gradient step")
+    p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
+    p.add_argument("--ent-coef", type=non_negative_float, default=0.01, help="weight of the entropy bonus")
+    p.add_argument("--vf-coef", type=non_negative_float, default=0.5, help="weight of the critic's loss")
+    p.add_argument("--max-grad-norm", type=positive_float, default=0.5, help="gradients are clipped to this norm")
+    args = p.parse_args(argv)
+
+    # Checks that need more than one flag, done before any long work.
+    with warnings.catch_warnings():  # ale-py warns about an unknown name; the error below says more
+        warnings.simplefilter("ignore")
+        known_game = roms.get_rom_path(rom_name(args.env_id)) is not None
+    if not known_game:
+        p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
+                f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
+    return args
+
+
+# ---------------------------------------------------------------- environment (plumbing)
+def make_env(env_id, envs_count, seed):
+    """Atari with the DeepMind preprocessing, done in C++ by ale-py.
+
+    We ask for raw rewards and real game ends (no episodic life) and derive the learning signals
+    ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
+    the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
+    the action and returns the new game's first observation."""
+    envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
+                          stack_num=STACK, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
+                          repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
+                          episodic_life=False, life_loss_info=False, reward_clipping=False)
+    return envs
+
+
+# ---------------------------------------------------------------- network (algorithm)
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    # Orthogonal weights keep the activations' scale through the layers at the start.
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """The Nature CNN trunk with two heads: the actor's action logits and the critic's V(s)."""
+
+    def __init__(self, actions_count):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(STACK, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(3136, 512)), nn.ReLU(),
+        )
+        # A small actor head starts the policy near uniform, so every action gets tried.
+        self.actor = layer_init(nn.Linear(512, actions_count), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+
+    def forward(self, frames):
+        hidden = self.network(frames / 255.0)  # uint8 in, float32 out: one conversion, no extra copy
+        return self.actor(hidden), self.critic(hidden).squeeze(1)
+
+
+def td_target(rewards, dones, next_values, gamma):
+    """One-step TD target; no bootstrap past a terminal (a lost life or the game's end)."""
+    return rewards + gamma * next_values * (1.0 - dones)
+
+
+# ---------------------------------------------------------------- evaluation (plumbing)
+def evaluate(agent, env_id, seed, episodes, epsilon, device):
+    """Play whole games with the policy (a random action with probability epsilon); return their real scores."""
+    envs = make_env(env_id, 1, seed)
+    rng = np.random.default_rng(seed)
+    obs, _ = envs.reset(seed=seed)
+    returns, score = [], 0.0
+    while len(returns) < episodes:
+        if rng.random() < epsilon:
+            actions = rng.integers(0, envs.single_action_space.n, size=1)
+        else:
+            with torch.no_grad():
+                logits, _ = agent(torch.from_numpy(obs).to(device))
+            actions = Categorical(logits=logits).sample().cpu().numpy()
+        obs, rewards, terminations, truncations, _ = envs.step(actions)
+        score += float(rewards[0])
+        if terminations[0] or truncations[0]:
+            returns.append(score)
+            score = 0.0
+            obs = envs.step(actions)[0]  # the step that resets the game: its action is ignored
+    envs.close()
+    return returns
+
+
+def new_run_dir(run_name):
+    run_dir, n = os.path.join("runs", run_name), 1
+    while os.path.exists(run_dir):  # never write into an earlier run's directory
+        n += 1
+        run_dir = os.path.join("runs", f"{run_name}_{n}")
+    os.makedirs(run_dir)
+    return run_dir
+
+
+# ---------------------------------------------------------------- main loop
+def main(argv=None):
+    args = parse_args(argv)
+    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = new_run_dir(run_name)
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+
+    envs = make_env(args.env_id, args.envs_count, args.seed)
+    if not isinstance(envs.single_action_space, Discrete):
+        print(f"error: argument --env-id: this script needs a discrete action space, {args.env_id} has "
+              f"{envs.single_action_space}", file=sys.stderr)
+        sys.exit(2)
+    actions_count = envs.single_action_space.n
+    # Channels-last weights make oneDNN's CPU convolutions about 20% faster (the frames can stay
+    # as they come), and the fused Adam does its step in one pass instead of a loop of small ops.
+    agent = Agent(actions_count).to(device, memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+
+    obs, infos = envs.reset(seed=args.seed)
+    lives = infos["lives"]
+    game_ends = np.zeros(envs.num_envs, dtype=bool)  # obs is a game's last: the next step only resets
+    scores = np.zeros(envs.num_envs)  # the real, unclipped score of the game being played
+    lengths = np.zeros(envs.num_envs, dtype=np.int64)
+    recent_returns = collections.deque(maxlen=100)
+    actor_losses, critic_losses, entropies = [], [], []  # the batches: one tensor per step
+    global_step, updates = 0, 0
+    start_time = last_print = time.time()
+    print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
+
+    logits, values = agent(torch.from_numpy(obs).to(device))
+    while global_step < args.total_timesteps:
+        # ALGO LOGIC: the actor samples one action per environment
+        dist = Categorical(logits=logits)
+        actions = dist.sample()
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
+        global_step += envs.num_envs
+
+        # A lost life is a terminal for learning; a time-limit truncation is not (we bootstrap).
+        dones = terminations | (infos["lives"] < lives)
+        valid = ~game_ends  # False for the step that only resets a finished game: not a transition
+
+        # One forward of s' gives V(s') for this step's target and pi(.|s'), V(s') for the next
+        # step: the parameters only move at the end of a rollout, so a second forward would
+        # compute the same numbers.
+        next_logits, next_values = agent(torch.from_numpy(next_obs).to(device))
+
+        # ALGO LOGIC: this step's actor and critic losses, appended to the batches
+        rewards_t = torch.from_numpy(np.sign(rewards)).to(device).float()
+        dones_t = torch.from_numpy(dones).to(device).float()
+        target = td_target(rewards_t, dones_t, next_values.detach(), args.gamma)  # a fixed target: semi-gradient TD
+        td_errors = target - values
+        actor_loss = -dist.log_prob(actions) * td_errors.detach()  # the advantage only scales the actor's gradient
+        critic_loss = td_errors ** 2
+        if valid.any():
+            valid_t = torch.from_numpy(valid).to(device)
+            actor_losses.append(actor_loss[valid_t])
+            critic_losses.append(critic_loss[valid_t])
+            entropies.append(dist.entropy()[valid_t])
+
+        # ALGO LOGIC: a full batch makes one gradient step, then the batches start again empty
+        if len(actor_losses) >= args.rollout_length:
+            actor_loss_batch = torch.cat(actor_losses).mean()
+            critic_loss_batch = torch.cat(critic_losses).mean()
+            entropy_batch = torch.cat(entropies).mean()
+            loss = actor_loss_batch + args.vf_coef * critic_loss_batch - args.ent_coef * entropy_batch
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+            actor_losses, critic_losses, entropies = [], [], []
+            updates += 1
+            writer.add_scalar("losses/actor_loss", actor_loss_batch.item(), global_step)
+            writer.add_scalar("losses/critic_loss", critic_loss_batch.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
+            # The parameters have moved: the next step's pi and V must come from the new ones.
+            next_logits, next_values = agent(torch.from_numpy(next_obs).to(device))
+
+        # Logging: the whole game's real score, as CleanRL logs it
+        scores += rewards
+        lengths += valid
+        game_ends, lives = terminations | truncations, infos["lives"]
+        for e in np.flatnonzero(game_ends):
+            writer.add_scalar("charts/episodic_return", scores[e], global_step)
+            writer.add_scalar("charts/episodic_length", lengths[e], global_step)
+            recent_returns.append(scores[e])
+            scores[e], lengths[e] = 0.0, 0
+        obs, logits, values = next_obs, next_logits, next_values
+
+        if time.time() - last_print > 5 or global_step >= args.total_timesteps:
+            last_print = time.time()
+            sps = global_step / (last_print - start_time)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+            left = max(args.total_timesteps - global_step, 0) / sps
+            print(f"step {global_step:,}/{args.total_timesteps:,} | {sps:,.0f} steps/s | {left // 3600:.0f}h{left % 3600 / 60:02.0f}m left"
+                  f" | updates {updates:,} | mean return (last {len(recent_returns)} games) {mean_return}", flush=True)
+    envs.close()
+
+    if args.save_model:
+        model_path = os.path.join(run_dir, f"{args.exp_name}.pt")
+        torch.save(agent.state_dict(), model_path)
+        print(f"model saved to {model_path}", flush=True)
+        returns = evaluate(agent, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device)
+        for i, episodic_return in enumerate(returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, i)
+        print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f}", flush=True)
+    writer.close()
+    return run_dir
+
+
+if __name__ == "__main__":
+    main()

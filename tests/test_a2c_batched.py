@@ -1,0 +1,110 @@
+"""Tests of a2c_batched.py: a short real Atari run read back from TensorBoard, bad input, and
+learning on Catch.
+
+    python -m pytest tests/test_a2c_batched.py -q
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+import a2c_batched  # noqa: E402
+import catch  # noqa: E402
+
+TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS",
+        "losses/actor_loss", "losses/critic_loss", "losses/entropy"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    # The batches here are a few samples: a second thread gains little, and on a busy machine
+    # threads that wait for each other make a run several times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def read_scalars(run_dir):
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
+
+
+def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    envs, steps = 4, 1600
+    run_dir = a2c_batched.main(["--total-timesteps", str(steps), "--envs-count", str(envs), "--rollout-length", "5",
+                                "--seed", "3", "--save-model", "--eval-episodes", "1"])
+    assert os.path.basename(os.path.dirname(run_dir)) == "runs"
+    assert os.path.basename(run_dir).startswith("BreakoutNoFrameskip-v4__a2c_batched__3__")
+    assert os.path.isfile(os.path.join(run_dir, "a2c_batched.pt"))
+    scalars = read_scalars(run_dir)
+    for tag in TAGS + ["eval/episodic_return"]:
+        assert scalars.get(tag), f"{tag} was not logged"
+        for event in scalars[tag]:
+            assert math.isfinite(event.value), (tag, event)
+    for tag in TAGS:
+        for event in scalars[tag]:
+            assert 0 < event.step <= steps and event.step % envs == 0, (tag, event.step)
+
+    # Whole games, real scores: Breakout's bricks are worth 1, 4 or 7 points, two walls at most 864.
+    returns = [e.value for e in scalars["charts/episodic_return"]]
+    lengths = [e.value for e in scalars["charts/episodic_length"]]
+    assert len(returns) == len(lengths) >= 1
+    assert all(r >= 0 and r == int(r) and r <= 864 for r in returns), returns
+    # Five lives take more than a handful of steps, and no game is longer than what was played.
+    assert all(20 <= n <= steps // envs for n in lengths), lengths
+    assert sum(lengths) <= steps
+    evaluation = [e.value for e in scalars["eval/episodic_return"]]
+    assert len(evaluation) == 1 and evaluation[0] >= 0 and evaluation[0] == int(evaluation[0])
+
+    # One gradient step per 5 steps of 4 environments, and an entropy no higher than uniform's.
+    updates = len(scalars["losses/actor_loss"])
+    assert steps // (envs * 5) - 2 <= updates <= steps // (envs * 5)
+    assert all(0 < e.value <= math.log(4) + 1e-6 for e in scalars["losses/entropy"])
+    assert all(e.value >= 0 for e in scalars["losses/critic_loss"])
+
+
+BAD_INPUTS = [("--envs-count", "0"), ("--rollout-length", "0"), ("--learning-rate", "-1"), ("--gamma", "1.5"),
+              ("--env-id", "NoSuchGame-v4"), ("--ent-coef", "-0.1"), ("--total-timesteps", "ten")]
+
+
+@pytest.mark.parametrize("flag,value", BAD_INPUTS)
+def test_bad_input_is_refused_before_any_work(flag, value, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        a2c_batched.main([flag, value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"error: argument {flag}" in errors[0], err
+    assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "a2c_batched.py"), "--gamma", "1.5"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "a2c_batched.py: error: argument --gamma: must be in [0, 1], got 1.5"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_learns_catch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(a2c_batched, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    run_dir = a2c_batched.main(["--total-timesteps", "24000", "--envs-count", "4", "--rollout-length", "5",
+                                "--learning-rate", "1e-3", "--seed", "1"])
+    returns = [e.value for e in read_scalars(run_dir)["charts/episodic_return"]]
+    random_return = catch.random_policy_return()  # about -0.65
+    assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)

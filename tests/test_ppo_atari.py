@@ -1,0 +1,191 @@
+"""Tests of ppo_atari.py: GAE against a step-by-step computation, how a rollout marks the steps
+that only reset a game, a short real Atari run read back from TensorBoard, bad input, and
+learning on Catch.
+
+    python -m pytest tests/test_ppo_atari.py -q
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+import catch  # noqa: E402
+import ppo_atari  # noqa: E402
+
+TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
+        "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
+        "losses/clipfrac", "losses/explained_variance"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    # The batches here are small: a second thread gains little, and on a busy machine threads
+    # that wait for each other make a run several times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def read_scalars(run_dir):
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
+
+
+# ---------------------------------------------------------------- GAE
+def test_gae_matches_a_step_by_step_computation():
+    g, lam = 0.9, 0.8
+    # Two environments, five steps. Environment 0: its game ends at step 2, step 3 only resets
+    # it, the rollout ends mid-game. Environment 1: a time limit cuts its game at step 1 (not a
+    # terminal: the bootstrap from V of the game's last observation stays), step 2 only resets
+    # it, a life is lost at step 3 (a terminal for learning), the game goes on.
+    rewards = [[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, -1.0], [1.0, 0.0]]
+    values = [[0.5, 0.1], [0.6, 0.2], [0.7, 0.3], [0.3, 0.4], [0.2, 0.5]]
+    dones = [[0, 0], [0, 0], [1, 0], [0, 1], [0, 0]]
+    valid = [[1, 1], [1, 1], [1, 0], [0, 1], [1, 1]]
+    next_values = [0.9, -0.4]
+    r = np.array(rewards)
+    v = np.array(values)
+
+    a0 = [0.0] * 5
+    a0[4] = r[4, 0] + g * next_values[0] - v[4, 0]  # the bootstrap at the rollout's end
+    a0[3] = 0.0  # only resets the game
+    a0[2] = r[2, 0] - v[2, 0]  # the game's end: no bootstrap, nothing from later steps
+    a0[1] = r[1, 0] + g * v[2, 0] - v[1, 0] + g * lam * a0[2]
+    a0[0] = r[0, 0] + g * v[1, 0] - v[0, 0] + g * lam * a0[1]
+    a1 = [0.0] * 5
+    a1[4] = r[4, 1] + g * next_values[1] - v[4, 1]
+    a1[3] = r[3, 1] - v[3, 1]  # a lost life: no bootstrap
+    a1[2] = 0.0  # only resets the game
+    a1[1] = r[1, 1] + g * v[2, 1] - v[1, 1]  # truncated: bootstrapped, but nothing from the next game
+    a1[0] = r[0, 1] + g * v[1, 1] - v[0, 1] + g * lam * a1[1]
+
+    advantages = ppo_atari.gae(torch.tensor(rewards), torch.tensor(values), torch.tensor(dones, dtype=torch.float32),
+                               torch.tensor(valid, dtype=torch.bool), torch.tensor(next_values), g, lam)
+    assert advantages.shape == (5, 2)
+    np.testing.assert_allclose(advantages.numpy(), np.array([a0, a1]).T, rtol=1e-6, atol=1e-6)
+
+
+def test_gae_limits_are_the_td_error_and_the_monte_carlo_return():
+    rewards = torch.tensor([[1.0], [0.0], [2.0]])
+    values = torch.tensor([[0.5], [0.25], [1.0]])
+    no_dones, all_valid = torch.zeros(3, 1), torch.ones(3, 1, dtype=torch.bool)
+    next_values = torch.tensor([4.0])
+    # lambda = 0: the one-step TD error, a2c_batched.py's advantage
+    td = ppo_atari.gae(rewards, values, no_dones, all_valid, next_values, 0.5, 0.0)
+    np.testing.assert_allclose(td[:, 0].numpy(), [1 + 0.5 * 0.25 - 0.5, 0 + 0.5 * 1.0 - 0.25, 2 + 0.5 * 4 - 1.0])
+    # lambda = 1, gamma = 1: the sum of the rewards left plus the bootstrap, minus V
+    mc = ppo_atari.gae(rewards, values, no_dones, all_valid, next_values, 1.0, 1.0)
+    np.testing.assert_allclose(mc[:, 0].numpy(), [3 + 4 - 0.5, 2 + 4 - 0.25, 2 + 4 - 1.0])
+
+
+def test_rollout_marks_the_steps_that_only_reset_a_game(tmp_path, monkeypatch):
+    """On Catch every game lasts 5 steps, so each environment's rollout rows follow a known pattern."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    seen = []
+    real_gae = ppo_atari.gae
+
+    def spy(rewards, values, dones, valid, next_values, gamma, gae_lambda):
+        advantages = real_gae(rewards, values, dones, valid, next_values, gamma, gae_lambda)
+        seen.append((rewards.clone(), dones.clone(), valid.clone(), advantages))
+        return advantages
+
+    monkeypatch.setattr(ppo_atari, "gae", spy)
+    ppo_atari.main(["--total-timesteps", "96", "--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "2",
+                    "--update-epochs", "1"])
+    assert len(seen) == 3
+    rewards, dones, valid, advantages = (torch.cat(parts) for parts in zip(*seen))
+    step = torch.arange(48)
+    assert torch.equal(valid, (step % 6 != 5)[:, None].expand(48, 2))  # step 5 of every 6 only resets
+    assert torch.equal(dones.bool(), (step % 6 == 4)[:, None].expand(48, 2))  # the ball lands at step 4
+    assert torch.equal(rewards != 0, dones.bool())  # rewards come only when a game ends
+    assert torch.all(advantages[~valid] == 0)
+
+
+# ---------------------------------------------------------------- a real Atari run
+def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    envs, length, steps = 4, 32, 1536
+    run_dir = ppo_atari.main(["--total-timesteps", str(steps), "--envs-count", str(envs), "--rollout-length", str(length),
+                              "--num-minibatches", "2", "--update-epochs", "2", "--seed", "3",
+                              "--save-model", "--eval-episodes", "1"])
+    assert os.path.basename(run_dir).startswith("BreakoutNoFrameskip-v4__ppo_atari__3__")
+    assert os.path.isfile(os.path.join(run_dir, "ppo_atari.pt"))
+    scalars = read_scalars(run_dir)
+    for tag in TAGS + ["eval/episodic_return"]:
+        assert scalars.get(tag), f"{tag} was not logged"
+        for event in scalars[tag]:
+            assert math.isfinite(event.value), (tag, event)
+    for tag in TAGS:
+        for event in scalars[tag]:
+            assert 0 < event.step <= steps and event.step % envs == 0, (tag, event.step)
+
+    # Whole games, real scores: Breakout's bricks are worth 1, 4 or 7 points, two walls at most 864.
+    returns = [e.value for e in scalars["charts/episodic_return"]]
+    lengths = [e.value for e in scalars["charts/episodic_length"]]
+    assert len(returns) == len(lengths) >= 1
+    assert all(r >= 0 and r == int(r) and r <= 864 for r in returns), returns
+    assert all(20 <= n <= steps // envs for n in lengths), lengths
+    evaluation = [e.value for e in scalars["eval/episodic_return"]]
+    assert len(evaluation) == 1 and evaluation[0] >= 0 and evaluation[0] == int(evaluation[0])
+
+    # One update per rollout, at its end; the learning rate falls linearly from 2.5e-4 towards 0.
+    iterations = steps // (envs * length)
+    lr = scalars["charts/learning_rate"]
+    assert [e.step for e in lr] == [envs * length * i for i in range(1, iterations + 1)]
+    np.testing.assert_allclose([e.value for e in lr], [2.5e-4 * (1 - i / iterations) for i in range(iterations)],
+                               rtol=1e-5)
+    assert all(0 <= e.value <= 1 for e in scalars["losses/clipfrac"])
+    assert all(e.value >= -1e-6 for e in scalars["losses/approx_kl"])
+    assert all(0 < e.value <= math.log(4) + 1e-6 for e in scalars["losses/entropy"])
+    assert all(e.value >= 0 for e in scalars["losses/value_loss"])
+    assert all(e.value <= 1 for e in scalars["losses/explained_variance"])
+
+
+# ---------------------------------------------------------------- bad input
+BAD_INPUTS = [("--envs-count", "0"), ("--rollout-length", "0"), ("--learning-rate", "-1"), ("--gamma", "1.5"),
+              ("--env-id", "NoSuchGame-v4"), ("--gae-lambda", "2"), ("--clip-coef", "0"), ("--num-minibatches", "0"),
+              ("--num-minibatches", "1000"), ("--target-kl", "-0.01")]
+
+
+@pytest.mark.parametrize("flag,value", BAD_INPUTS)
+def test_bad_input_is_refused_before_any_work(flag, value, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        ppo_atari.main([flag, value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"error: argument {flag}" in errors[0], err
+    assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_atari.py"), "--envs-count", "0"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "ppo_atari.py: error: argument --envs-count: must be a positive integer, got 0"
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- learning
+def test_learns_catch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    run_dir = ppo_atari.main(["--total-timesteps", "5120", "--envs-count", "8", "--rollout-length", "32",
+                              "--learning-rate", "1e-3", "--seed", "1"])
+    returns = [e.value for e in read_scalars(run_dir)["charts/episodic_return"]]
+    random_return = catch.random_policy_return()  # about -0.65
+    assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
