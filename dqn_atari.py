@@ -11,8 +11,9 @@ frames, FIRE on reset, 84x84 grayscale, 4 stacked frames). A lost life ends the 
 learning and rewards are clipped to their sign for learning, but `charts/episodic_return` is
 the whole game's real score.
 
-Diff it against: dqn_atari_vec.py (more environments per update) and dqn_atari_mp.py (actor
-processes feeding this same learner through a queue).
+The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
+dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
+(`--workers-count` actor processes feeding one learner through a queue).
 
     python dqn_atari.py --env-id BreakoutNoFrameskip-v4
     tensorboard --logdir runs
@@ -117,7 +118,7 @@ def parse_args(argv=None):
                    help="fraction of --total-timesteps over which epsilon decays")
     p.add_argument("--learning-starts", type=non_negative_int, default=80_000, help="environment steps before learning")
     p.add_argument("--learn-steps-period", type=positive_int, default=4,
-                   help="environment steps per gradient update")
+                   help="environment steps, summed over all environments, per gradient update")
     args = p.parse_args(argv)
 
     # Checks that need more than one flag, done before any long work.
@@ -179,6 +180,17 @@ def linear_schedule(start_e, end_e, duration, t):
     """Epsilon falls linearly from start_e to end_e over `duration` steps, then stays there."""
     slope = (end_e - start_e) / max(duration, 1)
     return max(slope * t + start_e, end_e)
+
+
+def epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device):
+    """A random action with probability epsilon (drawn for each environment), else the greedy one."""
+    explore = rng.random(len(obs)) < epsilon
+    actions = rng.integers(0, actions_count, size=len(obs))
+    if not explore.all():  # the forward pass is the costly part: skip it when every action is random
+        with torch.no_grad():
+            greedy = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
+        actions = np.where(explore, actions, greedy)
+    return actions
 
 
 def td_target(rewards, dones, next_q_max, gamma):
@@ -321,12 +333,7 @@ def main(argv=None):
     while global_step < args.total_timesteps:
         # ALGO LOGIC: epsilon-greedy action for the current observation
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        explore = rng.random(envs.num_envs) < epsilon
-        actions = rng.integers(0, actions_count, size=envs.num_envs)
-        if not explore.all():
-            with torch.no_grad():
-                greedy = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
-            actions = np.where(explore, actions, greedy)
+        actions = epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device)
 
         # The emulator runs in its own C++ thread: send the actions, learn while it plays, collect.
         envs.send(actions)
@@ -334,11 +341,12 @@ def main(argv=None):
 
         # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started
         while global_step > args.learning_starts and updates < (global_step - args.learning_starts) // args.learn_steps_period:
-            states, batch_actions, rewards, next_states, dones = replay.sample(args.batch_size, rng)
+            states, batch_actions, batch_rewards, next_states, batch_dones = replay.sample(args.batch_size, rng)
             states, next_states = torch.from_numpy(states).to(device), torch.from_numpy(next_states).to(device)
-            rewards, dones = torch.from_numpy(rewards).to(device).float(), torch.from_numpy(dones).to(device).float()
+            batch_rewards = torch.from_numpy(batch_rewards).to(device).float()
+            batch_dones = torch.from_numpy(batch_dones).to(device).float()
             with torch.no_grad():
-                target = td_target(rewards, dones, target_network(next_states).max(1).values, args.gamma)
+                target = td_target(batch_rewards, batch_dones, target_network(next_states).max(1).values, args.gamma)
             q_values = q_network(states).gather(1, torch.from_numpy(batch_actions).to(device).long()[:, None]).squeeze(1)
             loss = F.mse_loss(q_values, target)
             optimizer.zero_grad()
@@ -377,7 +385,7 @@ def main(argv=None):
             writer.add_scalar("charts/epsilon", epsilon, global_step)
             writer.add_scalar("charts/updates", updates, global_step)
             mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-            left = (args.total_timesteps - global_step) / sps
+            left = max(0, args.total_timesteps - global_step) / sps
             print(f"step {global_step:,}/{args.total_timesteps:,} | {sps:,.0f} steps/s | {left / 3600:.0f}h{left % 3600 / 60:02.0f}m left"
                   f" | updates {updates:,} | mean return (last {len(recent_returns)} games) {mean_return}", flush=True)
     envs.close()

@@ -1,20 +1,25 @@
 """Nature DQN on a vectorized Atari environment: `--envs-count` games stepped together.
 
-What it shows: the DQN of dqn_atari.py, unchanged, fed by several environments at once. Each
-environment has its own seed and its own epsilon draw; the global step counts transitions summed
-over all environments, and `--learn-steps-period` K is transitions (from all environments) per
-gradient update: with 8 environments and K=32 one update every 4 vector steps, with K=4 two
-updates every vector step. More environments collect faster, but unless K shrinks with them the
-agent gets fewer updates per transition: the question this script lets you measure.
+What it shows: deep Q-learning as in Mnih et al. (2015): an epsilon-greedy agent plays, every
+transition goes into a replay memory, and every `--learn-steps-period` environment steps one
+gradient step moves Q(s, a) towards the one-step TD target r + gamma * max_a' Q_target(s', a').
+A target network, copied every `--target-network-frequency` steps, keeps that target still.
 
-The environment is ale-py's AtariVectorEnv with one element: the emulator and the standard
+Vectorized: `--envs-count` environments stepped together, each with its own seed and its own
+epsilon draw. The global step counts transitions summed over all environments, and
+`--learn-steps-period` K is transitions from all environments per gradient update: with 8
+environments and K=32, one update every 4 vector steps; with K=4, two every vector step. More
+environments collect faster, but unless K stays small the agent gets fewer updates per transition.
+
+The environment is ale-py's AtariVectorEnv with `--envs-count` elements: the emulator and the standard
 DeepMind preprocessing run in C++ (no-ops on reset, frame skip 4 with a max over the last two
 frames, FIRE on reset, 84x84 grayscale, 4 stacked frames). A lost life ends the episode for
 learning and rewards are clipped to their sign for learning, but `charts/episodic_return` is
 the whole game's real score.
 
-Diff it against: dqn_atari.py (`diff dqn_atari.py dqn_atari_vec.py` shows only what vectorizing
-changes; with --envs-count 1 it logs the same numbers as dqn_atari.py for the same seed).
+The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
+dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
+(`--workers-count` actor processes feeding one learner through a queue).
 
     python dqn_atari_vec.py --env-id BreakoutNoFrameskip-v4 --envs-count 8 --learn-steps-period 32
     tensorboard --logdir runs
@@ -184,6 +189,17 @@ def linear_schedule(start_e, end_e, duration, t):
     return max(slope * t + start_e, end_e)
 
 
+def epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device):
+    """A random action with probability epsilon (drawn for each environment), else the greedy one."""
+    explore = rng.random(len(obs)) < epsilon
+    actions = rng.integers(0, actions_count, size=len(obs))
+    if not explore.all():  # the forward pass is the costly part: skip it when every action is random
+        with torch.no_grad():
+            greedy = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
+        actions = np.where(explore, actions, greedy)
+    return actions
+
+
 def td_target(rewards, dones, next_q_max, gamma):
     """One-step TD target; no bootstrap past a terminal (a lost life or the game's end)."""
     return rewards + gamma * next_q_max * (1.0 - dones)
@@ -324,12 +340,7 @@ def main(argv=None):
     while global_step < args.total_timesteps:
         # ALGO LOGIC: epsilon-greedy action for the current observation
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        explore = rng.random(envs.num_envs) < epsilon
-        actions = rng.integers(0, actions_count, size=envs.num_envs)
-        if not explore.all():
-            with torch.no_grad():
-                greedy = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
-            actions = np.where(explore, actions, greedy)
+        actions = epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device)
 
         # The emulator runs in its own C++ thread: send the actions, learn while it plays, collect.
         envs.send(actions)
@@ -337,11 +348,12 @@ def main(argv=None):
 
         # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started
         while global_step > args.learning_starts and updates < (global_step - args.learning_starts) // args.learn_steps_period:
-            states, batch_actions, rewards, next_states, dones = replay.sample(args.batch_size, rng)
+            states, batch_actions, batch_rewards, next_states, batch_dones = replay.sample(args.batch_size, rng)
             states, next_states = torch.from_numpy(states).to(device), torch.from_numpy(next_states).to(device)
-            rewards, dones = torch.from_numpy(rewards).to(device).float(), torch.from_numpy(dones).to(device).float()
+            batch_rewards = torch.from_numpy(batch_rewards).to(device).float()
+            batch_dones = torch.from_numpy(batch_dones).to(device).float()
             with torch.no_grad():
-                target = td_target(rewards, dones, target_network(next_states).max(1).values, args.gamma)
+                target = td_target(batch_rewards, batch_dones, target_network(next_states).max(1).values, args.gamma)
             q_values = q_network(states).gather(1, torch.from_numpy(batch_actions).to(device).long()[:, None]).squeeze(1)
             loss = F.mse_loss(q_values, target)
             optimizer.zero_grad()
@@ -380,7 +392,7 @@ def main(argv=None):
             writer.add_scalar("charts/epsilon", epsilon, global_step)
             writer.add_scalar("charts/updates", updates, global_step)
             mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-            left = (args.total_timesteps - global_step) / sps
+            left = max(0, args.total_timesteps - global_step) / sps
             print(f"step {global_step:,}/{args.total_timesteps:,} | {sps:,.0f} steps/s | {left / 3600:.0f}h{left % 3600 / 60:02.0f}m left"
                   f" | updates {updates:,} | mean return (last {len(recent_returns)} games) {mean_return}", flush=True)
     envs.close()

@@ -1,0 +1,475 @@
+"""Nature DQN on Atari with actor processes: `--workers-count` workers feed one learner.
+
+What it shows: deep Q-learning as in Mnih et al. (2015): an epsilon-greedy agent plays, every
+transition goes into a replay memory, and every `--learn-steps-period` environment steps one
+gradient step moves Q(s, a) towards the one-step TD target r + gamma * max_a' Q_target(s', a').
+A target network, copied every `--target-network-frequency` steps, keeps that target still.
+
+Multi-process: `--workers-count` worker processes each play one environment with a copy of the
+Q-network whose weights live in shared memory, and put their transitions on one bounded queue.
+The main process learns from them, so `--learn-steps-period` counts transitions from all workers;
+the queue being bounded, workers wait for the learner rather than run ahead of it.
+
+The environment is ale-py's AtariVectorEnv with one element: the emulator and the standard
+DeepMind preprocessing run in C++ (no-ops on reset, frame skip 4 with a max over the last two
+frames, FIRE on reset, 84x84 grayscale, 4 stacked frames). A lost life ends the episode for
+learning and rewards are clipped to their sign for learning, but `charts/episodic_return` is
+the whole game's real score.
+
+The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
+dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
+(`--workers-count` actor processes feeding one learner through a queue).
+
+    python dqn_atari_mp.py --workers-count 2
+    tensorboard --logdir runs
+"""
+
+import argparse
+import collections
+import os
+import queue
+import random
+import re
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from ale_py import roms
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.spaces import Discrete
+from torch.utils.tensorboard import SummaryWriter
+
+FRAME_SHAPE = (84, 84)
+QUEUE_BATCH = 32  # a worker sends its transitions 32 at a time: fewer, larger messages
+STACK = 4
+# One frame, its action, clipped reward and three flags: what the replay stores per transition.
+REPLAY_BYTES_PER_TRANSITION = FRAME_SHAPE[0] * FRAME_SHAPE[1] + 1 + 1 + 3
+
+
+# ---------------------------------------------------------------- arguments (plumbing)
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def non_negative_int(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def positive_float(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def probability(text):
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def rom_name(env_id):
+    """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name)."""
+    name = env_id.split("/")[-1]
+    name = re.sub(r"(NoFrameskip)?(-v\d+)?$", "", name)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def available_memory_bytes():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
+    p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
+    p.add_argument("--torch-deterministic", action=argparse.BooleanOptionalAction, default=True,
+                   help="make cudnn deterministic")
+    p.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU when there is one")
+    p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
+                   help="save the Q-network into the run directory, then evaluate it")
+    p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
+                   help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)")
+    p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
+    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="epsilon of the evaluation games")
+    # Algorithm
+    p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="environment steps of the run")
+    p.add_argument("--learning-rate", type=positive_float, default=1e-4, help="Adam's learning rate")
+    p.add_argument("--buffer-size", type=positive_int, default=1_000_000, help="transitions the replay memory holds")
+    p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
+    p.add_argument("--tau", type=probability, default=1.0, help="target network update rate (1.0: a hard copy)")
+    p.add_argument("--target-network-frequency", type=positive_int, default=1000,
+                   help="environment steps between target network updates")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="transitions per gradient update")
+    p.add_argument("--start-e", type=probability, default=1.0, help="epsilon at the start")
+    p.add_argument("--end-e", type=probability, default=0.01, help="epsilon at the end of the decay")
+    p.add_argument("--exploration-fraction", type=probability, default=0.10,
+                   help="fraction of --total-timesteps over which epsilon decays")
+    p.add_argument("--learning-starts", type=non_negative_int, default=80_000, help="environment steps before learning")
+    p.add_argument("--workers-count", type=positive_int, default=2, help="actor processes, one environment each")
+    p.add_argument("--learn-steps-period", type=positive_int, default=4,
+                   help="environment steps, summed over all environments, per gradient update")
+    args = p.parse_args(argv)
+
+    # Checks that need more than one flag, done before any long work.
+    if roms.get_rom_path(rom_name(args.env_id)) is None:
+        p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
+                f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
+    if args.learning_starts < args.batch_size:
+        p.error(f"argument --learning-starts: must be at least --batch-size ({args.batch_size})")
+    if args.buffer_size < args.batch_size + STACK:
+        p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
+    needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
+    if needed > free:
+        p.error(f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
+                f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}")
+    if args.capture_video:
+        try:
+            import imageio  # noqa: F401
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
+    return args
+
+
+# ---------------------------------------------------------------- environment (plumbing)
+def make_env(env_id, envs_count, seed):
+    """Atari with the DeepMind preprocessing, done in C++ by ale-py.
+
+    We ask for raw rewards and real game ends (no episodic life) and derive the learning signals
+    ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
+    the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
+    the action and returns the new game's first observation."""
+    envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
+                          stack_num=STACK, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
+                          repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
+                          episodic_life=False, life_loss_info=False, reward_clipping=False)
+    return envs
+
+
+# ---------------------------------------------------------------- network (algorithm)
+class QNetwork(nn.Module):
+    """The Nature CNN: 4 stacked 84x84 frames in, one Q-value per action out."""
+
+    def __init__(self, actions_count):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(STACK, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(3136, 512), nn.ReLU(),
+            nn.Linear(512, actions_count),
+        )
+
+    def forward(self, frames):
+        return self.network(frames.float() / 255.0)
+
+
+def linear_schedule(start_e, end_e, duration, t):
+    """Epsilon falls linearly from start_e to end_e over `duration` steps, then stays there."""
+    slope = (end_e - start_e) / max(duration, 1)
+    return max(slope * t + start_e, end_e)
+
+
+def epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device):
+    """A random action with probability epsilon (drawn for each environment), else the greedy one."""
+    explore = rng.random(len(obs)) < epsilon
+    actions = rng.integers(0, actions_count, size=len(obs))
+    if not explore.all():  # the forward pass is the costly part: skip it when every action is random
+        with torch.no_grad():
+            greedy = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
+        actions = np.where(explore, actions, greedy)
+    return actions
+
+
+def td_target(rewards, dones, next_q_max, gamma):
+    """One-step TD target; no bootstrap past a terminal (a lost life or the game's end)."""
+    return rewards + gamma * next_q_max * (1.0 - dones)
+
+
+# ---------------------------------------------------------------- replay memory (algorithm + memory)
+class ReplayMemory:
+    """A ring of single frames: 7 KB a transition instead of 56 KB for two stacked observations.
+
+    Row t, column e holds what environment e saw at its t-th step: the newest frame of the
+    observation, the action taken, the clipped reward, whether that transition ended the episode
+    for learning (`dones`), whether it is a real transition (`valid` is False for the step that
+    only resets a finished game) and whether the frame opened a game (`firsts`). Stacks are
+    rebuilt when sampling; frames before a game's first one are zeros, as the environment gives."""
+
+    def __init__(self, capacity, envs_count):
+        self.rows = capacity // envs_count
+        self.frames = np.zeros((self.rows, envs_count, *FRAME_SHAPE), dtype=np.uint8)
+        self.actions = np.zeros((self.rows, envs_count), dtype=np.uint8)
+        self.rewards = np.zeros((self.rows, envs_count), dtype=np.int8)
+        self.dones = np.zeros((self.rows, envs_count), dtype=bool)
+        self.valid = np.zeros((self.rows, envs_count), dtype=bool)
+        self.firsts = np.zeros((self.rows, envs_count), dtype=bool)
+        # Workers run at their own pace: each column (worker) has its own write position.
+        self.pos, self.full = np.zeros(envs_count, dtype=np.int64), np.zeros(envs_count, dtype=bool)
+
+    def add(self, col, frames, actions, rewards, dones, valid, firsts):
+        rows = (self.pos[col] + np.arange(len(frames))) % self.rows
+        self.frames[rows, col], self.actions[rows, col], self.rewards[rows, col] = frames, actions, rewards
+        self.dones[rows, col], self.valid[rows, col], self.firsts[rows, col] = dones, valid, firsts
+        self.full[col] |= self.pos[col] + len(frames) >= self.rows
+        self.pos[col] = (self.pos[col] + len(frames)) % self.rows
+
+    def stacks(self, rows, cols):
+        """The STACK-frame observations ending at (rows, cols), never crossing into an older game."""
+        out = np.zeros((len(rows), STACK, *FRAME_SHAPE), dtype=np.uint8)
+        same_game = np.ones(len(rows), dtype=bool)
+        for back in range(STACK):
+            r = (rows - back) % self.rows
+            out[same_game, STACK - 1 - back] = self.frames[r[same_game], cols[same_game]]
+            same_game &= ~self.firsts[r, cols]
+        return out
+
+    def sampleable(self, rows, cols):
+        # The next frame must be stored already, and when the ring is full the STACK - 1 frames
+        # before the oldest rows have been overwritten by the newest ones.
+        pos = self.pos[cols]
+        age = np.where(self.full[cols], (rows - pos) % self.rows, rows + STACK - 1)
+        return self.valid[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != pos)
+
+    def sample(self, batch_size, rng):
+        filled = np.where(self.full, self.rows, self.pos)
+        rows = np.empty(0, dtype=np.int64)
+        cols = np.empty(0, dtype=np.int64)
+        while len(rows) < batch_size:  # rejection sampling: the few unusable rows are redrawn
+            c = rng.integers(0, self.frames.shape[1], size=batch_size)
+            r = (rng.random(batch_size) * filled[c]).astype(np.int64)
+            ok = self.sampleable(r, c)
+            rows, cols = np.concatenate([rows, r[ok]]), np.concatenate([cols, c[ok]])
+        rows, cols = rows[:batch_size], cols[:batch_size]
+        return (self.stacks(rows, cols), self.actions[rows, cols], self.rewards[rows, cols],
+                self.stacks((rows + 1) % self.rows, cols), self.dones[rows, cols])
+
+
+# ---------------------------------------------------------------- worker process
+def worker(index, args, acting_network, transitions, shared_step, stop):
+    """One actor: plays its own environment and sends what it saw to the learner, QUEUE_BATCH steps at a time."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle: it stops us
+    torch.set_num_threads(1)  # the learner needs the cores; acting is one small forward pass
+    transitions.cancel_join_thread()  # at exit, do not wait to flush a queue nobody reads any more
+    envs = make_env(args.env_id, 1, args.seed + index)
+    rng = np.random.default_rng(args.seed + index)
+    obs, infos = envs.reset(seed=args.seed + index)
+    lives, game_starts, game_ends, batch = infos["lives"], np.ones(1, dtype=bool), np.zeros(1, dtype=bool), []
+    while not stop.is_set():
+        # ALGO LOGIC: epsilon follows the global transition count kept by the learner. The learner may
+        # be copying new weights in as we act: a forward pass on half-new weights is harmless here.
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value)
+        actions = epsilon_greedy(acting_network, obs, epsilon, envs.single_action_space.n, rng, "cpu")
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        life_lost = infos["lives"] < lives
+        batch.append((obs[0, -1], actions[0], rewards[0], (terminations | life_lost)[0], ~game_ends[0], game_starts[0],
+                      (terminations | truncations)[0]))
+        game_starts, game_ends, lives, obs = game_ends, terminations | truncations, infos["lives"], next_obs
+        if len(batch) == QUEUE_BATCH:
+            message, batch = (index, *map(np.array, zip(*batch))), []
+            while not stop.is_set():  # the queue is bounded: wait for the learner, but not past a stop
+                try:
+                    transitions.put(message, timeout=0.5)
+                    break
+                except queue.Full:
+                    pass
+
+
+def dead_worker(workers):
+    """Which worker has died and how, else None. A worker only exits when told to stop, or on an
+    exception (its traceback printed, exit code 1), or when killed."""
+    for index, process in enumerate(workers):
+        if process.exitcode is not None:
+            how = f"killed by {signal.Signals(-process.exitcode).name}" if process.exitcode < 0 else f"exit code {process.exitcode}"
+            return f"worker {index} (pid {process.pid}) died: {how}"
+    return None
+
+
+# ---------------------------------------------------------------- evaluation (plumbing)
+def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None):
+    """Play whole games with a small epsilon; return their real scores."""
+    envs = make_env(env_id, 1, seed)
+    rng = np.random.default_rng(seed)
+    obs, _ = envs.reset(seed=seed)
+    returns, score, video = [], 0.0, []
+    while len(returns) < episodes:
+        if rng.random() < epsilon:
+            actions = rng.integers(0, envs.single_action_space.n, size=1)
+        else:
+            with torch.no_grad():
+                actions = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
+        obs, rewards, terminations, truncations, _ = envs.step(actions)
+        score += float(rewards[0])
+        video.append(obs[0, -1])
+        if terminations[0] or truncations[0]:
+            if video_dir is not None:
+                import imageio
+                big = [np.kron(frame, np.ones((4, 4), dtype=np.uint8)) for frame in video]  # 84x84 -> 336x336
+                imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
+            returns.append(score)
+            score, video = 0.0, []
+            obs = envs.step(actions)[0]  # the step that resets the game: its action is ignored
+    envs.close()
+    return returns
+
+
+def new_run_dir(run_name):
+    run_dir, n = os.path.join("runs", run_name), 1
+    while os.path.exists(run_dir):  # never write into an earlier run's directory
+        n += 1
+        run_dir = os.path.join("runs", f"{run_name}_{n}")
+    os.makedirs(run_dir)
+    return run_dir
+
+
+# ---------------------------------------------------------------- main loop
+def main(argv=None):
+    args = parse_args(argv)
+    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = new_run_dir(run_name)
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    rng = np.random.default_rng(args.seed)  # exploration and replay sampling
+
+    envs = make_env(args.env_id, 1, args.seed)
+    if not isinstance(envs.single_action_space, Discrete):
+        print(f"error: argument --env-id: DQN needs a discrete action space, {args.env_id} has "
+              f"{envs.single_action_space}", file=sys.stderr)
+        sys.exit(2)
+    actions_count = envs.single_action_space.n
+    envs.close()
+    q_network = QNetwork(actions_count).to(device)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    target_network = QNetwork(actions_count).to(device)
+    target_network.load_state_dict(q_network.state_dict())
+    replay = ReplayMemory(args.buffer_size, args.workers_count)
+
+    # Plumbing: the workers act with a CPU copy of the Q-network whose weights live in shared memory.
+    acting_network = QNetwork(actions_count).share_memory()
+    acting_network.load_state_dict(q_network.state_dict())
+    context = mp.get_context("spawn")  # fork is unsafe with torch's threads and with CUDA
+    transitions = context.Queue(maxsize=2 * args.workers_count)
+    shared_step, stop = context.Value("q", 0), context.Event()
+    workers = [context.Process(target=worker, args=(i, args, acting_network, transitions, shared_step, stop),
+                               daemon=True) for i in range(args.workers_count)]
+    for process in workers:
+        process.start()
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())  # Ctrl-C: stop cleanly at the loop's top
+
+    scores = np.zeros(args.workers_count)  # the real, unclipped score of each worker's current game
+    lengths = np.zeros(args.workers_count, dtype=np.int64)
+    recent_returns = collections.deque(maxlen=100)
+    global_step, updates, failure = 0, 0, None
+    start_time = last_print = time.time()
+    print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
+
+    # Plumbing: run until done, Ctrl-C or a dead worker (checking on them is cheap), one batch at a time
+    while global_step < args.total_timesteps and not stop.is_set() and not (failure := dead_worker(workers)):
+        try:
+            e, frames, actions, rewards, dones, valid, firsts, ends = transitions.get(timeout=1.0)  # e: the worker
+        except queue.Empty:
+            continue
+        replay.add(e, frames, actions, np.sign(rewards), dones, valid, firsts)
+        global_step += len(frames)
+        shared_step.value = global_step
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+
+        # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started
+        while global_step > args.learning_starts and updates < (global_step - args.learning_starts) // args.learn_steps_period:
+            states, batch_actions, batch_rewards, next_states, batch_dones = replay.sample(args.batch_size, rng)
+            states, next_states = torch.from_numpy(states).to(device), torch.from_numpy(next_states).to(device)
+            batch_rewards = torch.from_numpy(batch_rewards).to(device).float()
+            batch_dones = torch.from_numpy(batch_dones).to(device).float()
+            with torch.no_grad():
+                target = td_target(batch_rewards, batch_dones, target_network(next_states).max(1).values, args.gamma)
+            q_values = q_network(states).gather(1, torch.from_numpy(batch_actions).to(device).long()[:, None]).squeeze(1)
+            loss = F.mse_loss(q_values, target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            updates += 1
+            if updates % 100 == 0:
+                writer.add_scalar("losses/td_loss", loss.item(), global_step)
+                writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
+        if global_step > args.learning_starts:
+            acting_network.load_state_dict(q_network.state_dict())  # the workers act with the new weights
+
+        # ALGO LOGIC: the target network follows the Q-network every target_network_frequency steps
+        if global_step > args.learning_starts and global_step % args.target_network_frequency < len(frames):
+            for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
+
+        # Logging: the whole game's real score, as CleanRL logs it
+        for reward, is_real, game_end in zip(rewards, valid, ends):
+            scores[e] += reward
+            lengths[e] += is_real
+            if not game_end:
+                continue
+            writer.add_scalar("charts/episodic_return", scores[e], global_step)
+            writer.add_scalar("charts/episodic_length", lengths[e], global_step)
+            recent_returns.append(scores[e])
+            scores[e], lengths[e] = 0.0, 0
+
+        if time.time() - last_print > 5 or global_step >= args.total_timesteps:
+            last_print = time.time()
+            sps = global_step / (last_print - start_time)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
+            writer.add_scalar("charts/updates", updates, global_step)
+            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+            left = max(0, args.total_timesteps - global_step) / sps
+            print(f"step {global_step:,}/{args.total_timesteps:,} | {sps:,.0f} steps/s | {left / 3600:.0f}h{left % 3600 / 60:02.0f}m left"
+                  f" | updates {updates:,} | mean return (last {len(recent_returns)} games) {mean_return}", flush=True)
+    interrupted = stop.is_set()
+    stop.set()
+    for process in workers:
+        process.join(timeout=5)
+        process.kill()  # no-op for a worker that has exited
+    if args.save_model:
+        model_path = os.path.join(run_dir, f"{args.exp_name}.pt")
+        torch.save(q_network.state_dict(), model_path)
+        print(f"model saved to {model_path}", flush=True)
+    if args.save_model and not (failure or interrupted):
+        video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
+        if video_dir:
+            os.makedirs(video_dir)
+        returns = evaluate(q_network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
+        for i, episodic_return in enumerate(returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, i)
+        print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f}", flush=True)
+    writer.close()
+    if failure or interrupted:
+        sys.exit(f"error: {failure}; the other workers were stopped" if failure else 130)
+    return run_dir
+
+
+if __name__ == "__main__":
+    main()
