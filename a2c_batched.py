@@ -96,10 +96,11 @@ def parse_args(argv=None):
     p.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU when there is one")
     p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
                    help="save the network into the run directory, then evaluate it")
+    p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
+                   help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)")
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    p.add_argument("--eval-epsilon", type=probability, default=0.0,
-                   help="chance of a random action instead of the policy's in the evaluation games "
-                        "(the policy samples its actions, so it explores already)")
+    p.add_argument("--eval-epsilon", type=probability, default=0.05,
+                   help="chance of a random action instead of the policy's sample in the evaluation games")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
     p.add_argument("--total-timesteps", type=positive_int, default=10_000_000,
@@ -121,6 +122,12 @@ def parse_args(argv=None):
     if not known_game:
         p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
                 f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
+    if args.capture_video:
+        try:
+            import imageio  # noqa: F401
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
     return args
 
 
@@ -174,12 +181,12 @@ def td_target(rewards, dones, next_values, gamma):
 
 
 # ---------------------------------------------------------------- evaluation (plumbing)
-def evaluate(agent, env_id, seed, episodes, epsilon, device):
+def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     """Play whole games with the policy (a random action with probability epsilon); return their real scores."""
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
     obs, _ = envs.reset(seed=seed)
-    returns, score = [], 0.0
+    returns, score, video = [], 0.0, []
     while len(returns) < episodes:
         if rng.random() < epsilon:
             actions = rng.integers(0, envs.single_action_space.n, size=1)
@@ -189,9 +196,15 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device):
             actions = Categorical(logits=logits).sample().cpu().numpy()
         obs, rewards, terminations, truncations, _ = envs.step(actions)
         score += float(rewards[0])
+        if video_dir is not None:
+            video.append(obs[0, -1])
         if terminations[0] or truncations[0]:
+            if video_dir is not None:
+                import imageio
+                big = [np.kron(frame, np.ones((4, 4), dtype=np.uint8)) for frame in video]  # 84x84 -> 336x336
+                imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
-            score = 0.0
+            score, video = 0.0, []
             obs = envs.step(actions)[0]  # the step that resets the game: its action is ignored
     envs.close()
     return returns
@@ -307,7 +320,7 @@ def main(argv=None):
             writer.add_scalar("charts/SPS", sps, global_step)
             mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
             left = max(args.total_timesteps - global_step, 0) / sps
-            print(f"step {global_step:,}/{args.total_timesteps:,} | {sps:,.0f} steps/s | {left // 3600:.0f}h{left % 3600 / 60:02.0f}m left"
+            print(f"step {global_step:,}/{args.total_timesteps:,} | {sps:,.0f} steps/s | {left // 3600:.0f}h{left % 3600 // 60:02.0f}m left"
                   f" | updates {updates:,} | mean return (last {len(recent_returns)} games) {mean_return}", flush=True)
     envs.close()
 
@@ -315,7 +328,10 @@ def main(argv=None):
         model_path = os.path.join(run_dir, f"{args.exp_name}.pt")
         torch.save(agent.state_dict(), model_path)
         print(f"model saved to {model_path}", flush=True)
-        returns = evaluate(agent, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device)
+        video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
+        if video_dir:
+            os.makedirs(video_dir)
+        returns = evaluate(agent, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
         for i, episodic_return in enumerate(returns):
             writer.add_scalar("eval/episodic_return", episodic_return, i)
         print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f}", flush=True)

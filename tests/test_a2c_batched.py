@@ -103,8 +103,11 @@ def test_bad_input_from_the_command_line(tmp_path):
 def test_learns_catch(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(a2c_batched, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
-    run_dir = a2c_batched.main(["--total-timesteps", "24000", "--envs-count", "4", "--rollout-length", "5",
-                                "--learning-rate", "1e-3", "--seed", "1"])
+    # Catch is small and needs a fast start: a higher learning rate than Atari's, and a larger
+    # entropy bonus, which keeps the policy from settling on one move before the critic has
+    # learned what the states are worth (its advantage is only as good as those values).
+    run_dir = a2c_batched.main(["--total-timesteps", "22000", "--envs-count", "4", "--rollout-length", "5",
+                                "--learning-rate", "1e-3", "--ent-coef", "0.05", "--seed", "1"])
     returns = [e.value for e in read_scalars(run_dir)["charts/episodic_return"]]
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
