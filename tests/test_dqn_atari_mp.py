@@ -1,0 +1,149 @@
+"""dqn_atari_mp.py: real worker processes on real ALE games, and how they end."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import dqn_atari_mp
+import mp_helpers
+from conftest import ROOT, read_scalars, run_bad
+
+SMALL = ["--total-timesteps", "1600", "--learning-starts", "640", "--buffer-size", "4000", "--batch-size", "8",
+         "--learn-steps-period", "4", "--end-e", "0.3", "--workers-count", "2", "--seed", "2"]
+
+
+def children(pid):
+    """Child processes of pid: the workers, and multiprocessing's resource tracker."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def is_worker(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return "spawn_main" in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def all_gone(pids, within):
+    deadline = time.time() + within
+    while not all(gone(pid) for pid in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    return all(gone(pid) for pid in pids)
+
+
+def gone(pid):
+    """A process that has exited (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def start(args, cwd):
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "dqn_atari_mp.py"), *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_workers(proc, count, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        kids = children(proc.pid)
+        if sum(map(is_worker, kids)) >= count:
+            return kids
+        time.sleep(0.2)
+    raise AssertionError("workers did not start")
+
+
+def wait_for_line(proc, text, timeout=120):
+    deadline = time.time() + timeout
+    for line in proc.stdout:
+        if text in line:
+            return line
+        assert time.time() < deadline, f"no '{text}' line in time"
+    raise AssertionError(f"the script ended before printing '{text}': {proc.stderr.read()[-2000:]}")
+
+
+def run_dir_of(cwd):
+    runs = os.listdir(os.path.join(cwd, "runs"))
+    assert len(runs) == 1
+    return os.path.join(cwd, "runs", runs[0])
+
+
+def test_short_run_with_two_workers_then_nothing_left(tmp_path):
+    proc = start(SMALL, tmp_path)
+    workers = wait_for_workers(proc, 2)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert all_gone(workers, within=2), "a normal end leaves no child process behind"
+    scalars = read_scalars(run_dir_of(tmp_path))
+    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon", "charts/updates",
+                "losses/td_loss", "losses/q_values"]:
+        assert tag in scalars and np.all(np.isfinite(scalars[tag][1])), tag
+    steps, updates = scalars["charts/updates"]
+    # transitions arrive 32 at a time; updates follow them: one per 4 transitions after learning starts
+    assert 1600 <= steps[-1] < 1600 + 32
+    assert abs(updates[-1] - (steps[-1] - 640) / 4) <= 1
+    returns = scalars["charts/episodic_return"][1]
+    assert len(returns) >= 2 and np.all(returns >= 0) and np.all(returns == np.round(returns))
+
+
+def test_ctrl_c_stops_everything_flushes_and_saves(tmp_path):
+    proc = start(["--total-timesteps", "1000000", "--learning-starts", "640", "--buffer-size", "4000",
+                  "--batch-size", "8", "--save-model"], tmp_path)
+    workers = wait_for_workers(proc, 2)
+    wait_for_line(proc, "step ")
+    wait_for_line(proc, "step ")  # a second progress line: events have been written
+    proc.send_signal(signal.SIGINT)
+    sent = time.time()
+    proc.wait(timeout=10)
+    assert all_gone(workers, within=sent + 10 - time.time()), "every process is gone within 10 s"
+    assert proc.returncode == 130
+    run_dir = run_dir_of(tmp_path)
+    assert os.path.isfile(os.path.join(run_dir, "dqn_atari_mp.pt"))
+    scalars = read_scalars(run_dir)
+    assert "charts/SPS" in scalars and "charts/updates" in scalars
+
+
+def test_a_killed_worker_stops_the_run(tmp_path):
+    proc = start(["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000",
+                  "--workers-count", "3"], tmp_path)
+    workers = wait_for_workers(proc, 3)
+    wait_for_line(proc, "step ")
+    os.kill([pid for pid in workers if is_worker(pid)][1], signal.SIGKILL)
+    killed = time.time()
+    _, err = proc.communicate(timeout=10)
+    assert time.time() - killed < 10
+    assert proc.returncode not in (0, None)
+    assert "worker 1" in err and "SIGKILL" in err and "Traceback" not in err, err[-2000:]
+    assert all_gone(workers, within=killed + 10 - time.time())
+
+
+def test_a_worker_exception_stops_the_run(in_tmp, monkeypatch, capfd):
+    monkeypatch.setattr(dqn_atari_mp, "worker", mp_helpers.worker_1_raises)
+    handler = signal.getsignal(signal.SIGINT)
+    started = time.time()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            dqn_atari_mp.main(["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000"])
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert "worker 1" in str(exit_info.value.code) and "exit code 1" in str(exit_info.value.code)
+    assert time.time() - started < 60
+    assert "RuntimeError: worker 1 fails on purpose" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--workers-count", "0"], "--workers-count"),
+    (["--learn-steps-period", "0"], "--learn-steps-period"),
+    (["--learn-steps-period", "2.5"], "--learn-steps-period"),
+])
+def test_bad_input_fails_at_once(args, flag, tmp_path):
+    message = run_bad("dqn_atari_mp.py", args, tmp_path)
+    assert flag in message and "error" in message
