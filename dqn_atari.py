@@ -99,7 +99,7 @@ def parse_args(argv=None):
     p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
                    help="save the Q-network into the run directory, then evaluate it")
     p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
-                   help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)")
+                   help="with --save-model, record the evaluation games as mp4 under videos/ (needs imageio, imageio-ffmpeg)")
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
     p.add_argument("--eval-epsilon", type=probability, default=0.05, help="epsilon of the evaluation games")
     # Algorithm

@@ -108,7 +108,7 @@ def parse_args(argv=None):
     p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
                    help="save the Q-network into the run directory, then evaluate it")
     p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
-                   help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)")
+                   help="with --save-model, record the evaluation games as mp4 under videos/ (needs imageio, imageio-ffmpeg)")
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
     p.add_argument("--eval-epsilon", type=probability, default=0.05, help="epsilon of the evaluation games")
     # Algorithm
@@ -277,7 +277,8 @@ def worker(index, args, acting_network, transitions, shared_step, stop):
     rng = np.random.default_rng(args.seed + index)
     obs, infos = envs.reset(seed=args.seed + index)
     lives, game_starts, game_ends, batch = infos["lives"], np.ones(1, dtype=bool), np.zeros(1, dtype=bool), []
-    while not stop.is_set():
+    learner = os.getppid()
+    while not stop.is_set() and os.getppid() == learner:  # stop when told to, or when the learner is gone
         # ALGO LOGIC: epsilon follows the global transition count kept by the learner. The learner may
         # be copying new weights in as we act: a forward pass on half-new weights is harmless here.
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value)
@@ -289,7 +290,7 @@ def worker(index, args, acting_network, transitions, shared_step, stop):
         game_starts, game_ends, lives, obs = game_ends, terminations | truncations, infos["lives"], next_obs
         if len(batch) == QUEUE_BATCH:
             message, batch = (index, *map(np.array, zip(*batch))), []
-            while not stop.is_set():  # the queue is bounded: wait for the learner, but not past a stop
+            while not stop.is_set() and os.getppid() == learner:  # the queue is bounded: wait for the learner
                 try:
                     transitions.put(message, timeout=0.5)
                     break
@@ -382,7 +383,8 @@ def main(argv=None):
                                daemon=True) for i in range(args.workers_count)]
     for process in workers:
         process.start()
-    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())  # Ctrl-C: stop cleanly at the loop's top
+    for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or kill: stop cleanly at the loop's top
+        signal.signal(signum, lambda signum, frame: stop.set())
 
     scores = np.zeros(args.workers_count)  # the real, unclipped score of each worker's current game
     lengths = np.zeros(args.workers_count, dtype=np.int64)

@@ -196,3 +196,14 @@ def test_capture_video_without_imageio_fails_at_once(in_tmp, monkeypatch, capsys
 def test_a_new_run_never_overwrites_an_old_one(in_tmp):
     first, second = dqn_atari.new_run_dir("same_name"), dqn_atari.new_run_dir("same_name")
     assert first != second and os.path.isdir(first) and os.path.isdir(second)
+
+
+def test_capture_video_writes_the_evaluation_games(tmp_path):
+    pytest.importorskip("imageio_ffmpeg")
+    _, run_dir = run_script("dqn_atari.py", ["--total-timesteps", "200", "--learning-starts", "100", "--buffer-size",
+                                             "1000", "--save-model", "--capture-video", "--eval-episodes", "2"], tmp_path)
+    videos = sorted(os.listdir(os.path.join(run_dir, "videos")))
+    assert videos == ["eval_game_0.mp4", "eval_game_1.mp4"]
+    import imageio.v3 as iio
+    frames = iio.imread(os.path.join(run_dir, "videos", videos[0]))
+    assert frames.shape[1:3] == (336, 336) and len(frames) > 50 and frames.max() > 0

@@ -147,3 +147,12 @@ def test_a_worker_exception_stops_the_run(in_tmp, monkeypatch, capfd):
 def test_bad_input_fails_at_once(args, flag, tmp_path):
     message = run_bad("dqn_atari_mp.py", args, tmp_path)
     assert flag in message and "error" in message
+
+
+def test_workers_do_not_outlive_a_killed_learner(tmp_path):
+    proc = start(["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000"], tmp_path)
+    workers = [pid for pid in wait_for_workers(proc, 2) if is_worker(pid)]
+    wait_for_line(proc, "step ")
+    proc.kill()  # SIGKILL: the learner cannot tell anyone
+    proc.wait()
+    assert all_gone(workers, within=10), "orphaned workers notice and exit"
