@@ -339,7 +339,8 @@ def main(argv=None):
             clipfracs = []
             for epoch in range(args.update_epochs):
                 for mb in torch.tensor_split(real[torch.randperm(len(real))], args.num_minibatches):
-                    new_logits, new_values = agent(b_obs[mb])
+                    # index_select copies whole observations, several times faster than b_obs[mb]
+                    new_logits, new_values = agent(b_obs.index_select(0, mb))
                     new_dist = Categorical(logits=new_logits)
                     log_ratio = new_dist.log_prob(b_actions[mb]) - b_logprobs[mb]
                     ratio = log_ratio.exp()

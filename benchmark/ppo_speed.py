@@ -1,0 +1,118 @@
+"""How close ppo_atari.py runs to the speed of its own network, at its default settings.
+
+On a CPU the Nature CNN's forward and backward passes are most of PPO's work, so their time
+sets a bound on the script's speed. This measures, in one run:
+
+  bound   the passes one iteration needs, in a tight loop on random data with the same network
+          (channels-last weights, fused Adam) and the same batch shapes: --rollout-length + 1
+          action forwards of --envs-count observations without gradients, and --update-epochs x
+          --num-minibatches forward+backward passes of a minibatch. It is timed before and after
+          the script's run and the mean is used, since other load on the machine drifts.
+  script  ppo_atari.main() at its default settings on Breakout for a few iterations; its steps/s
+          from the end of the first iteration (start-up and first-touch costs) to the end of the
+          last, read from the wall times of the per-iteration TensorBoard events.
+
+It prints both and the ratio (target: at least 85%). Torch's thread count is set on purpose,
+the same for both measurements: --threads 1 by default, which stays steady on a shared machine
+(when another job holds a core, threads that wait for each other make every operation several
+times slower); on an idle machine try --threads 2 or more.
+
+    python benchmark/ppo_speed.py                     # under 2 minutes on 2 cores
+    python benchmark/ppo_speed.py --threads 2 --iterations 4
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ppo_atari  # noqa: E402
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=ppo_atari.positive_int, default=1,
+                   help="torch's intra-op threads for both measurements")
+    p.add_argument("--iterations", type=ppo_atari.positive_int, default=6,
+                   help="iterations of the script that are timed (one more runs first, untimed)")
+    p.add_argument("--bound-iterations", type=ppo_atari.positive_int, default=2,
+                   help="iterations' worth of passes timed for the bound, before and after the script")
+    return p.parse_args()
+
+
+def bound_seconds_per_iteration(defaults, actions_count, iterations):
+    """Seconds of bare network passes per PPO iteration, on random data."""
+    agent = ppo_atari.Agent(actions_count).to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=defaults.learning_rate, eps=1e-5, fused=True)
+    frames = (ppo_atari.STACK, *ppo_atari.FRAME_SHAPE)
+    batch = defaults.envs_count * defaults.rollout_length
+    step_obs = torch.randint(0, 256, (defaults.envs_count, *frames), dtype=torch.uint8)
+    minibatch_obs = torch.randint(0, 256, (batch // defaults.num_minibatches, *frames), dtype=torch.uint8)
+
+    def one_iteration():
+        for _ in range(defaults.rollout_length + 1):  # the actions, and V of the observation after the last step
+            with torch.no_grad():
+                agent(step_obs)
+        for _ in range(defaults.update_epochs * defaults.num_minibatches):
+            logits, values = agent(minibatch_obs)
+            optimizer.zero_grad()
+            (logits.mean() + values.mean()).backward()
+            optimizer.step()
+
+    one_iteration()  # warm-up: oneDNN picks its kernels, memory gets allocated
+    start = time.perf_counter()
+    for _ in range(iterations):
+        one_iteration()
+    return (time.perf_counter() - start) / iterations
+
+
+def script_steps_per_second(iterations):
+    """ppo_atari.py's own steps/s at its defaults, over `iterations` iterations after the first."""
+    defaults = ppo_atari.parse_args([])
+    batch = defaults.envs_count * defaults.rollout_length
+    work_dir, cwd = tempfile.mkdtemp(prefix="ppo_speed_"), os.getcwd()
+    try:
+        os.chdir(work_dir)
+        run_dir = ppo_atari.main(["--total-timesteps", str(batch * (iterations + 1)), "--exp-name", "ppo_speed"])
+        events = EventAccumulator(os.path.join(work_dir, run_dir), size_guidance={"scalars": 0})
+        events.Reload()
+        ends = events.Scalars("charts/learning_rate")  # one event at the end of each iteration
+    finally:
+        os.chdir(cwd)
+        shutil.rmtree(work_dir, ignore_errors=True)
+    first, last = ends[0], ends[-1]
+    return (last.step - first.step) / (last.wall_time - first.wall_time)
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    defaults = ppo_atari.parse_args([])
+    envs = ppo_atari.make_env(defaults.env_id, 1, 0)
+    actions_count = envs.single_action_space.n
+    envs.close()
+    batch = defaults.envs_count * defaults.rollout_length
+    print(f"ppo_atari.py defaults: {defaults.env_id}, {defaults.envs_count} envs x {defaults.rollout_length} steps, "
+          f"{defaults.update_epochs} epochs x {defaults.num_minibatches} minibatches of {batch // defaults.num_minibatches}"
+          f" | torch threads {torch.get_num_threads()} | load average {os.getloadavg()[0]:.2f}", flush=True)
+
+    before = bound_seconds_per_iteration(defaults, actions_count, args.bound_iterations)
+    print(f"bound, before: {before:.2f} s of network passes per iteration = {batch / before:,.0f} steps/s", flush=True)
+    script = script_steps_per_second(args.iterations)
+    print(f"script: {script:,.0f} steps/s over {args.iterations} iterations", flush=True)
+    after = bound_seconds_per_iteration(defaults, actions_count, args.bound_iterations)
+    print(f"bound, after: {after:.2f} s of network passes per iteration = {batch / after:,.0f} steps/s", flush=True)
+
+    bound = batch / ((before + after) / 2)
+    print(f"bound {bound:,.0f} steps/s | script {script:,.0f} steps/s | ratio {script / bound:.1%} (target >= 85%)"
+          f" | load average {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
