@@ -184,7 +184,7 @@ def test_bad_input_from_the_command_line(tmp_path):
 def test_learns_catch(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
-    run_dir = ppo_atari.main(["--total-timesteps", "5120", "--envs-count", "8", "--rollout-length", "32",
+    run_dir = ppo_atari.main(["--total-timesteps", "6144", "--envs-count", "8", "--rollout-length", "32",
                               "--learning-rate", "1e-3", "--seed", "1"])
     returns = [e.value for e in read_scalars(run_dir)["charts/episodic_return"]]
     random_return = catch.random_policy_return()  # about -0.65
