@@ -19,7 +19,7 @@ as two Adams do).
 The environments are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv,
 with the preprocessing of dqn_atari.py (done in C++). A lost life is a terminal for learning
 and rewards are clipped to their sign for learning, but `charts/episodic_return` is the whole
-game's real score.
+game's real score. The step that only resets a finished game is no transition: it adds no loss.
 
 Diff it against: dqn_atari.py (learning values from a replay memory instead of a policy from
 the latest steps) and ppo_atari.py (what PPO adds: GAE, the clipped objective, several epochs

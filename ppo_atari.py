@@ -18,7 +18,9 @@ its published results after 10M steps: Breakout 415 +- 28, Pong 20.4, BeamRider 
 The environments are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv,
 with the preprocessing of dqn_atari.py (done in C++). A lost life is a terminal for learning
 and rewards are clipped to their sign for learning, but `charts/episodic_return` is the whole
-game's real score.
+game's real score. The step that only resets a finished game is no transition: it keeps its row
+in the rollout, marked not valid, so GAE gives it no advantage and nothing flows across it, and
+the update leaves it out.
 
 Diff it against: a2c_batched.py (one gradient step per rollout on the one-step TD advantage).
 
