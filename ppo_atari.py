@@ -87,7 +87,7 @@ def rom_name(env_id):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
     p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
     p.add_argument("--torch-deterministic", action=argparse.BooleanOptionalAction, default=True,

@@ -31,8 +31,10 @@ import dqn_atari  # noqa: E402  (a tool may import a script; scripts never impor
 
 
 def bare_update_rate(seconds, batch_size=32):
-    q_network, target_network = dqn_atari.QNetwork(4), dqn_atari.QNetwork(4)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4)
+    # the script's network, memory layout and optimizer
+    q_network = dqn_atari.QNetwork(4).to(memory_format=torch.channels_last)
+    target_network = dqn_atari.QNetwork(4).to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4, fused=True)
     states = torch.randint(0, 256, (batch_size, 4, 84, 84), dtype=torch.uint8)
     next_states = torch.randint(0, 256, (batch_size, 4, 84, 84), dtype=torch.uint8)
     actions = torch.randint(0, 4, (batch_size,))
