@@ -47,6 +47,18 @@ def run_bad(script, args, tmp_path):
     return proc.stderr.strip().splitlines()[-1]
 
 
+def assert_refused(main, argv, flag, capsys):
+    """main(argv) stops at once: exit status 2, one error line naming the flag, no traceback, no run directory."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"error: argument {flag}" in errors[0], err
+    assert "Traceback" not in err
+    assert not os.path.exists("runs")
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -6,7 +6,6 @@ learning on Catch.
 
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -18,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import a2c_batched  # noqa: E402
 import catch  # noqa: E402
+from conftest import assert_refused, run_bad  # noqa: E402
 
 TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS",
         "losses/actor_loss", "losses/critic_loss", "losses/entropy"]
@@ -79,25 +79,12 @@ BAD_INPUTS = [("--envs-count", "0"), ("--rollout-length", "0"), ("--learning-rat
 
 
 @pytest.mark.parametrize("flag,value", BAD_INPUTS)
-def test_bad_input_is_refused_before_any_work(flag, value, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        a2c_batched.main([flag, value])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if "error:" in line]
-    assert len(errors) == 1 and f"error: argument {flag}" in errors[0], err
-    assert "Traceback" not in err
-    assert not (tmp_path / "runs").exists()
+def test_bad_input_is_refused_before_any_work(flag, value, in_tmp, capsys):
+    assert_refused(a2c_batched.main, [flag, value], flag, capsys)
 
 
 def test_bad_input_from_the_command_line(tmp_path):
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "a2c_batched.py"), "--gamma", "1.5"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "a2c_batched.py: error: argument --gamma: must be in [0, 1], got 1.5"
-    assert not (tmp_path / "runs").exists()
+    assert run_bad("a2c_batched.py", ["--gamma", "1.5"], tmp_path) == "a2c_batched.py: error: argument --gamma: must be in [0, 1], got 1.5"
 
 
 def test_learns_catch(tmp_path, monkeypatch):
