@@ -87,6 +87,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--all", action="store_true", help="also measure dqn_atari_vec.py and dqn_atari_mp.py")
     p.add_argument("--seconds", type=float, default=30, help="length of each bare measurement")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="learning-phase runs of dqn_atari.py (and, with --all, of dqn_atari_mp.py), interleaved; "
+                        "their mean is reported: this machine's speed drifts")
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count())  # the scripts' torch default; said on purpose
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads")
@@ -101,9 +104,15 @@ def main():
     warm = ["--total-timesteps", "25000", "--learning-starts", "25000", "--buffer-size", "30000",
             "--exploration-fraction", "1.0", "--end-e", "0.92"]
     bound = 4 * updates_per_s
-    learning = phase_rate("dqn_atari.py", learn, learning=True)
+    learning_runs, mp_learning_runs = [], []
+    for _ in range(args.repeats):  # interleaved, so that a drift of the machine's speed hits both alike
+        learning_runs.append(phase_rate("dqn_atari.py", learn, learning=True))
+        if args.all:
+            mp_learning_runs.append(phase_rate("dqn_atari_mp.py", learn + ["--workers-count", "2"], learning=True))
+    learning = float(np.mean(learning_runs))
     warmup = phase_rate("dqn_atari.py", warm, learning=False)
-    rows += [("dqn_atari.py learning phase (steps/s)", f"{learning:.1f}",
+    rows += [(f"dqn_atari.py learning phase (steps/s; runs: {', '.join(f'{r:.1f}' for r in learning_runs)})",
+              f"{learning:.1f}",
               f"{learning / bound:.0%} of 4 x bare updates (target >= 85%)"),
              ("dqn_atari.py warm-up phase (steps/s)", f"{warmup:,.0f}",
               f"{warmup / env_1:.0%} of the bare emulator (target >= 1,500 steps/s)")]
@@ -114,10 +123,11 @@ def main():
         rows.append(("dqn_atari_vec.py --envs-count 8, warm-up (steps/s)", f"{vec_warm:,.0f}",
                      f"{vec_warm / env_8:.0%} of the bare emulator (target >= 3,500 steps/s)"))
         mp_warm = phase_rate("dqn_atari_mp.py", warm + ["--workers-count", "2"], learning=False)
-        mp_learn = phase_rate("dqn_atari_mp.py", learn + ["--workers-count", "2"], learning=True)
+        mp_learn = float(np.mean(mp_learning_runs))
         rows += [("dqn_atari_mp.py --workers-count 2, warm-up (steps/s)", f"{mp_warm:,.0f}",
                   f"{mp_warm / warmup:.2f} x dqn_atari.py (target >= 1.6 x)"),
-                 ("dqn_atari_mp.py --workers-count 2, learning (steps/s)", f"{mp_learn:.1f}",
+                 (f"dqn_atari_mp.py --workers-count 2, learning (steps/s; runs: "
+                  f"{', '.join(f'{r:.1f}' for r in mp_learning_runs)})", f"{mp_learn:.1f}",
                   f"{mp_learn / learning:.2f} x dqn_atari.py (target >= 1.0 x)")]
     replay = dqn_atari.ReplayMemory(10_000, 1)
     per_transition = sum(a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones,
