@@ -47,7 +47,7 @@ def read_run(run_dir, last):
         "last_return": float(np.mean([e.value for e in returns[-last:]])) if returns else float("nan"),
         "updates": int(scalars["charts/updates"][-1].value) if "charts/updates" in scalars else None,
         "seconds": max(e.wall_time for e in every) - text.wall_time if every else 0.0,
-        "curve": ([e.step for e in returns], [e.wall_time for e in returns], [e.value for e in returns]),
+        "curve": ([e.step for e in returns], [e.wall_time - text.wall_time for e in returns], [e.value for e in returns]),
     }
 
 
@@ -86,7 +86,7 @@ def plot(runs, path, plt):
         smooth = np.convolve(values, np.ones(window) / window, mode="valid")
         label = f"{run['implementation']} ({run['parallel']}, K={run['learn_steps_period']}) seed {run['seed']}"
         by_steps.plot(steps[window - 1:], smooth, label=label)
-        by_time.plot((times[window - 1:] - times[0]) / 3600, smooth, label=label)
+        by_time.plot(times[window - 1:] / 3600, smooth, label=label)
     by_steps.set(xlabel="environment steps", ylabel="episodic return (mean of 100 games)", title="against steps")
     by_time.set(xlabel="wall-clock hours", title="against time")
     by_steps.legend(fontsize=7)
