@@ -44,7 +44,7 @@ def test_updates_follow_learn_steps_period(envs_count, period, tmp_path):
                 "losses/td_loss", "losses/q_values"]:
         assert tag in scalars and np.all(np.isfinite(scalars[tag][1])), tag
     returns = scalars["charts/episodic_return"][1]
-    # whole Breakout games from all environments: more games than one environment could finish
+    # whole Breakout games, from the environments that finished one
     assert len(returns) >= envs_count // 2 and np.all(returns >= 0) and np.all(returns == np.round(returns))
     assert np.all(scalars["charts/episodic_length"][1] > 50)
 
