@@ -59,6 +59,26 @@ def assert_refused(main, argv, flag, capsys):
     assert not os.path.exists("runs")
 
 
+def check_breakout_events(scalars, tags, steps, envs):
+    """What every policy-gradient script's short Breakout run must log: scalars maps a tag to its
+    TensorBoard events. Every tag finite and in range; whole games with real scores (Breakout's
+    bricks are worth 1, 4 or 7 points, two walls at most 864); one whole-game evaluation."""
+    for tag in tags + ["eval/episodic_return"]:
+        assert scalars.get(tag), f"{tag} was not logged"
+        assert all(np.isfinite(event.value) for event in scalars[tag]), tag
+    for tag in tags:
+        for event in scalars[tag]:
+            assert 0 < event.step <= steps and event.step % envs == 0, (tag, event.step)
+    returns = [e.value for e in scalars["charts/episodic_return"]]
+    lengths = [e.value for e in scalars["charts/episodic_length"]]
+    assert len(returns) == len(lengths) >= 1
+    assert all(r >= 0 and r == int(r) and r <= 864 for r in returns), returns
+    assert all(20 <= n <= steps // envs for n in lengths), lengths  # five lives take more than a few steps
+    evaluation = [e.value for e in scalars["eval/episodic_return"]]
+    assert len(evaluation) == 1 and evaluation[0] >= 0 and evaluation[0] == int(evaluation[0])
+    return returns, lengths
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
-from conftest import assert_refused, run_bad  # noqa: E402
+from conftest import assert_refused, check_breakout_events, run_bad  # noqa: E402
 import ppo_atari  # noqa: E402
 
 TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
@@ -122,22 +122,7 @@ def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
     assert os.path.basename(run_dir).startswith("BreakoutNoFrameskip-v4__ppo_atari__3__")
     assert os.path.isfile(os.path.join(run_dir, "ppo_atari.pt"))
     scalars = read_scalars(run_dir)
-    for tag in TAGS + ["eval/episodic_return"]:
-        assert scalars.get(tag), f"{tag} was not logged"
-        for event in scalars[tag]:
-            assert math.isfinite(event.value), (tag, event)
-    for tag in TAGS:
-        for event in scalars[tag]:
-            assert 0 < event.step <= steps and event.step % envs == 0, (tag, event.step)
-
-    # Whole games, real scores: Breakout's bricks are worth 1, 4 or 7 points, two walls at most 864.
-    returns = [e.value for e in scalars["charts/episodic_return"]]
-    lengths = [e.value for e in scalars["charts/episodic_length"]]
-    assert len(returns) == len(lengths) >= 1
-    assert all(r >= 0 and r == int(r) and r <= 864 for r in returns), returns
-    assert all(20 <= n <= steps // envs for n in lengths), lengths
-    evaluation = [e.value for e in scalars["eval/episodic_return"]]
-    assert len(evaluation) == 1 and evaluation[0] >= 0 and evaluation[0] == int(evaluation[0])
+    returns, lengths = check_breakout_events(scalars, TAGS, steps, envs)
 
     # One update per rollout, at its end; the learning rate falls linearly from 2.5e-4 towards 0.
     iterations = steps // (envs * length)
