@@ -196,10 +196,10 @@ def epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device):
     """A random action with probability epsilon (drawn for each environment), else the greedy one."""
     explore = rng.random(len(obs)) < epsilon
     actions = rng.integers(0, actions_count, size=len(obs))
-    if not explore.all():  # the forward pass is the costly part: skip it when every action is random
+    greedy = ~explore
+    if greedy.any():  # the forward pass is the costly part: run it only for the environments that act greedily
         with torch.no_grad():
-            greedy = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
-        actions = np.where(explore, actions, greedy)
+            actions[greedy] = q_network(torch.from_numpy(obs[greedy]).to(device)).argmax(1).cpu().numpy()
     return actions
 
 
