@@ -60,23 +60,40 @@ def assert_refused(main, argv, flag, capsys):
 
 
 def check_breakout_events(scalars, tags, steps, envs):
-    """What every policy-gradient script's short Breakout run must log: scalars maps a tag to its
-    TensorBoard events. Every tag finite and in range; whole games with real scores (Breakout's
-    bricks are worth 1, 4 or 7 points, two walls at most 864); one whole-game evaluation."""
+    """What every policy-gradient script's short Breakout run must log (scalars as read_scalars
+    gives them). Every tag finite and in range; whole games with real scores (Breakout's bricks are
+    worth 1, 4 or 7 points, two walls at most 864); one whole-game evaluation."""
     for tag in tags + ["eval/episodic_return"]:
-        assert scalars.get(tag), f"{tag} was not logged"
-        assert all(np.isfinite(event.value) for event in scalars[tag]), tag
+        assert tag in scalars, f"{tag} was not logged"
+        assert np.isfinite(scalars[tag][1]).all(), tag
     for tag in tags:
-        for event in scalars[tag]:
-            assert 0 < event.step <= steps and event.step % envs == 0, (tag, event.step)
-    returns = [e.value for e in scalars["charts/episodic_return"]]
-    lengths = [e.value for e in scalars["charts/episodic_length"]]
+        tag_steps = scalars[tag][0]
+        assert ((0 < tag_steps) & (tag_steps <= steps) & (tag_steps % envs == 0)).all(), (tag, tag_steps)
+    returns, lengths = scalars["charts/episodic_return"][1], scalars["charts/episodic_length"][1]
     assert len(returns) == len(lengths) >= 1
-    assert all(r >= 0 and r == int(r) and r <= 864 for r in returns), returns
-    assert all(20 <= n <= steps // envs for n in lengths), lengths  # five lives take more than a few steps
-    evaluation = [e.value for e in scalars["eval/episodic_return"]]
+    assert ((returns >= 0) & (returns == returns.round()) & (returns <= 864)).all(), returns
+    assert ((20 <= lengths) & (lengths <= steps // envs)).all(), lengths  # five lives take more than a few steps
+    evaluation = scalars["eval/episodic_return"][1]
     assert len(evaluation) == 1 and evaluation[0] >= 0 and evaluation[0] == int(evaluation[0])
     return returns, lengths
+
+
+def catch_returns(script_module, argv, monkeypatch):
+    """Run a script's main() on tests/catch.py instead of Atari; the returns of its games in order."""
+    import catch
+    monkeypatch.setattr(script_module, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    return read_scalars(script_module.main(argv))["charts/episodic_return"][1]
+
+
+@pytest.fixture
+def one_torch_thread():
+    # The policy-gradient tests' batches are small: a second thread gains little, and on a busy
+    # machine threads that wait for each other make a run several times slower.
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -10,33 +10,19 @@ import sys
 
 import numpy as np
 import pytest
-import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import a2c_batched  # noqa: E402
 import catch  # noqa: E402
-from conftest import assert_refused, check_breakout_events, run_bad  # noqa: E402
+from conftest import assert_refused, catch_returns, check_breakout_events, read_scalars, run_bad  # noqa: E402
 
 TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS",
         "losses/actor_loss", "losses/critic_loss", "losses/entropy"]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    # The batches here are a few samples: a second thread gains little, and on a busy machine
-    # threads that wait for each other make a run several times slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-
-def read_scalars(run_dir):
-    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
-    events.Reload()
-    return {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
 
 
 def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
@@ -52,10 +38,11 @@ def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
     assert sum(lengths) <= steps  # no game is longer than what was played
 
     # One gradient step per 5 steps of 4 environments, and an entropy no higher than uniform's.
-    updates = len(scalars["losses/actor_loss"])
+    updates = len(scalars["losses/actor_loss"][1])
     assert steps // (envs * 5) - 2 <= updates <= steps // (envs * 5)
-    assert all(0 < e.value <= math.log(4) + 1e-6 for e in scalars["losses/entropy"])
-    assert all(e.value >= 0 for e in scalars["losses/critic_loss"])
+    entropy = scalars["losses/entropy"][1]
+    assert ((0 < entropy) & (entropy <= math.log(4) + 1e-6)).all()
+    assert (scalars["losses/critic_loss"][1] >= 0).all()
 
 
 BAD_INPUTS = [("--envs-count", "0"), ("--rollout-length", "0"), ("--learning-rate", "-1"), ("--gamma", "1.5"),
@@ -71,14 +58,11 @@ def test_bad_input_from_the_command_line(tmp_path):
     assert run_bad("a2c_batched.py", ["--gamma", "1.5"], tmp_path) == "a2c_batched.py: error: argument --gamma: must be in [0, 1], got 1.5"
 
 
-def test_learns_catch(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(a2c_batched, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+def test_learns_catch(in_tmp, monkeypatch):
     # Catch is small and needs a fast start: a higher learning rate than Atari's, and a larger
     # entropy bonus, which keeps the policy from settling on one move before the critic has
     # learned what the states are worth (its advantage is only as good as those values).
-    run_dir = a2c_batched.main(["--total-timesteps", "22000", "--envs-count", "4", "--rollout-length", "5",
-                                "--learning-rate", "1e-3", "--ent-coef", "0.05", "--seed", "1"])
-    returns = [e.value for e in read_scalars(run_dir)["charts/episodic_return"]]
+    returns = catch_returns(a2c_batched, ["--total-timesteps", "22000", "--envs-count", "4", "--rollout-length", "5",
+                                          "--learning-rate", "1e-3", "--ent-coef", "0.05", "--seed", "1"], monkeypatch)
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)

@@ -8,7 +8,7 @@ from ale_py.vector_env import AtariVectorEnv
 
 import catch
 import dqn_atari
-from conftest import read_scalars, read_text, run_bad, run_script
+from conftest import catch_returns, read_scalars, read_text, run_bad, run_script
 
 # A short Breakout run: 600 warm-up steps, then 1,200 learning steps at one update per 2 steps.
 SHORT = ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1800", "--learning-starts", "600",
@@ -151,11 +151,10 @@ def test_replay_costs_one_frame_per_transition():
 
 def test_learns_catch_beyond_random(in_tmp, monkeypatch):
     random_return = catch.random_policy_return()
-    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
-    run_dir = dqn_atari.main(["--total-timesteps", "3200", "--learning-starts", "500", "--buffer-size", "10000",
-                              "--learning-rate", "5e-4", "--target-network-frequency", "200",
-                              "--exploration-fraction", "0.4", "--end-e", "0.05", "--learn-steps-period", "2"])
-    returns = read_scalars(run_dir)["charts/episodic_return"][1]
+    returns = catch_returns(dqn_atari, ["--total-timesteps", "3200", "--learning-starts", "500", "--buffer-size", "10000",
+                                        "--learning-rate", "5e-4", "--target-network-frequency", "200",
+                                        "--exploration-fraction", "0.4", "--end-e", "0.05", "--learn-steps-period", "2"],
+                            monkeypatch)
     assert random_return < -0.5
     assert returns[-100:].mean() > 0.5, returns[-100:].mean()
 
