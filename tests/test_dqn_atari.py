@@ -143,6 +143,30 @@ def test_replay_samples_only_real_transitions():
     assert set(np.unique(rewards)) <= {0, 1} and dones.any() and (~dones).any()
 
 
+def test_a_time_limit_cut_is_not_a_terminal(in_tmp, monkeypatch):
+    """Games cut by the time limit (here 60 frames: too short to lose the ball) are logged as whole
+    games, but no transition is stored as a terminal: the TD target bootstraps across each cut."""
+    def short_games(*args, **kwargs):
+        kwargs["max_num_frames_per_episode"] = 60
+        return AtariVectorEnv(*args, **kwargs)
+
+    stored, add = [], dqn_atari.ReplayMemory.add
+
+    def spy(replay, frames, actions, rewards, dones, valid, firsts):
+        stored.append((dones.copy(), valid.copy()))
+        add(replay, frames, actions, rewards, dones, valid, firsts)
+
+    monkeypatch.setattr(dqn_atari, "AtariVectorEnv", short_games)
+    monkeypatch.setattr(dqn_atari.ReplayMemory, "add", spy)
+    run_dir = dqn_atari.main(["--total-timesteps", "400", "--learning-starts", "200", "--buffer-size", "1000",
+                              "--batch-size", "8"])
+    dones, valid = (np.concatenate(column) for column in zip(*stored))
+    lengths = read_scalars(run_dir)["charts/episodic_length"][1]
+    assert len(lengths) >= 20 and (lengths <= 16).all()  # many games, each cut after about 15 steps
+    assert (~valid).sum() >= 20  # every cut is followed by a reset step, which is no transition
+    assert not dones.any()
+
+
 def test_replay_costs_one_frame_per_transition():
     replay = dqn_atari.ReplayMemory(10_000, 1)
     total = sum(a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones, replay.valid, replay.firsts))
