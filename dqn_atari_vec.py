@@ -191,10 +191,9 @@ def linear_schedule(start_e, end_e, duration, t):
 
 def epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device):
     """A random action with probability epsilon (drawn for each environment), else the greedy one."""
-    explore = rng.random(len(obs)) < epsilon
+    greedy = rng.random(len(obs)) >= epsilon
     actions = rng.integers(0, actions_count, size=len(obs))
-    greedy = ~explore
-    if greedy.any():  # the forward pass is the costly part: run it only for the environments that act greedily
+    if greedy.any():  # the forward pass is the costly part: run it only where its answer is used
         with torch.no_grad():
             actions[greedy] = q_network(torch.from_numpy(obs[greedy]).to(device)).argmax(1).cpu().numpy()
     return actions
