@@ -3,23 +3,26 @@
 On a CPU the Nature CNN's forward and backward passes are most of PPO's work, so their time
 sets a bound on the script's speed. This measures, in one run:
 
-  bound   the passes one iteration needs, in a tight loop on random data with the same network
-          (channels-last weights, fused Adam) and the same batch shapes: --rollout-length + 1
-          action forwards of --envs-count observations without gradients, and --update-epochs x
-          --num-minibatches forward+backward passes of a minibatch. It is timed before and after
-          the script's run and the mean is used, since other load on the machine drifts.
-  script  ppo_atari.main() at its default settings on Breakout for a few iterations; its steps/s
-          from the end of the first iteration (start-up and first-touch costs) to the end of the
-          last, timed where it logs charts/learning_rate, once per iteration.
+  bound     the passes one iteration needs, in a tight loop on random data with the same network
+            (channels-last weights, fused Adam) and the same batch shapes: --rollout-length + 1
+            action forwards of --envs-count observations without gradients, and --update-epochs x
+            --num-minibatches forward+backward passes of a minibatch. It is timed before and after
+            the script's run and the mean is used, since other load on the machine drifts.
+  emulator  --rollout-length steps of the --envs-count Atari games alone, with random actions:
+            what a synchronous rollout adds to the bound, since the network waits for each step.
+  script    ppo_atari.main() at its default settings on Breakout for a few iterations; its steps/s
+            from the end of the first iteration (start-up and first-touch costs) to the end of the
+            last, timed where it logs charts/learning_rate, once per iteration.
 
-It prints both and the ratio (target: at least 85%). On a shared machine the wall-clock ratio
-moves with other jobs' load, so it also prints the ratio of CPU seconds (this process's, the
-emulator's threads included): a job that takes our core stops our CPU clock too. Torch's thread count is set on purpose,
-the same for both measurements: --threads 1 by default, which stays steady on a shared machine
-(when another job holds a core, threads that wait for each other make every operation several
-times slower); on an idle machine try --threads 2 or more.
+It prints the script's rate as a share of the bound (target: at least 85%) and as a share of the
+bound with the emulator's time added (the best a rollout that acts and steps in turn can do). On a
+shared machine the wall-clock ratio moves with other jobs' load, so it also prints the ratio of CPU
+seconds (this process's, the emulator's threads included): a job that takes our core stops our CPU
+clock too. Torch's thread count is set on purpose, the same for all measurements: --threads 1 by
+default, which stays steady on a shared machine (when another job holds a core, threads that wait
+for each other make every operation several times slower); on an idle machine try --threads 2.
 
-    python benchmark/ppo_speed.py                     # under 2 minutes on 2 cores
+    python benchmark/ppo_speed.py                     # about 3 minutes on 2 cores
     python benchmark/ppo_speed.py --threads 2 --iterations 4
 """
 
@@ -30,6 +33,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
@@ -74,6 +78,22 @@ def bound_seconds_per_iteration(defaults, actions_count, iterations):
     return (time.perf_counter() - wall) / iterations, (time.process_time() - cpu) / iterations
 
 
+def emulator_seconds_per_iteration(defaults, iterations):
+    """Wall and CPU seconds of one rollout's environment steps, alone (the emulator's C++ threads count in the CPU time)."""
+    envs = ppo_atari.make_env(defaults.env_id, defaults.envs_count, 0)
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, envs.single_action_space.n, size=(iterations + 1, defaults.rollout_length, envs.num_envs))
+    for a in actions[0]:  # warm-up
+        envs.step(a)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for a in actions[1:].reshape(-1, envs.num_envs):
+        envs.step(a)
+    wall, cpu = (time.perf_counter() - wall) / iterations, (time.process_time() - cpu) / iterations
+    envs.close()
+    return wall, cpu
+
+
 def script_steps_per_second(iterations):
     """ppo_atari.py's own steps per wall and per CPU second at its defaults, over `iterations`
     iterations after the first."""
@@ -115,6 +135,8 @@ def main():
     before = bound_seconds_per_iteration(defaults, actions_count, args.bound_iterations)
     print(f"bound, before: {before[0]:.2f} s of network passes per iteration ({before[1]:.2f} CPU s) = "
           f"{batch / before[0]:,.0f} steps/s", flush=True)
+    emulator = emulator_seconds_per_iteration(defaults, args.iterations)
+    print(f"emulator alone: {emulator[0]:.2f} s of environment steps per iteration ({emulator[1]:.2f} CPU s)", flush=True)
     script, script_cpu = script_steps_per_second(args.iterations)
     print(f"script: {script:,.0f} steps/s ({script_cpu:,.0f} per CPU s) over {args.iterations} iterations", flush=True)
     after = bound_seconds_per_iteration(defaults, actions_count, args.bound_iterations)
@@ -123,7 +145,9 @@ def main():
 
     bound = batch / ((before[0] + after[0]) / 2)
     bound_cpu = batch / ((before[1] + after[1]) / 2)
+    with_emulator = batch / ((before[0] + after[0]) / 2 + emulator[0])
     print(f"bound {bound:,.0f} steps/s | script {script:,.0f} steps/s | ratio {script / bound:.1%} (target >= 85%) | "
+          f"bound with the emulator {with_emulator:,.0f} steps/s, script at {script / with_emulator:.1%} of it | "
           f"per CPU second: bound {bound_cpu:,.0f}, script {script_cpu:,.0f}, ratio {script_cpu / bound_cpu:.1%} | "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
 

@@ -85,6 +85,15 @@ def catch_returns(script_module, argv, monkeypatch):
     return read_scalars(script_module.main(argv))["charts/episodic_return"][1]
 
 
+def check_seeding(main, argv, tags):
+    """Two runs of main(argv) with the same --seed log the same values; a third with another seed differs."""
+    first, second, other = (read_scalars(main(argv + ["--seed", seed])) for seed in ("5", "5", "6"))
+    for tag in tags:
+        np.testing.assert_array_equal(first[tag][0], second[tag][0], err_msg=tag)
+        np.testing.assert_array_equal(first[tag][1], second[tag][1], err_msg=tag)
+    assert any(not np.array_equal(first[tag][1], other[tag][1]) for tag in tags)
+
+
 @pytest.fixture
 def one_torch_thread():
     # The policy-gradient tests' batches are small: a second thread gains little, and on a busy

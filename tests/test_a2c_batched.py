@@ -1,5 +1,5 @@
-"""Tests of a2c_batched.py: a short real Atari run read back from TensorBoard, bad input, and
-learning on Catch.
+"""Tests of a2c_batched.py: a short real Atari run read back from TensorBoard, seeding, bad input,
+and learning on Catch.
 
     python -m pytest tests/test_a2c_batched.py -q
 """
@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import a2c_batched  # noqa: E402
 import catch  # noqa: E402
-from conftest import assert_refused, catch_returns, check_breakout_events, read_scalars, run_bad  # noqa: E402
+from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
 
 TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS",
         "losses/actor_loss", "losses/critic_loss", "losses/entropy"]
@@ -43,6 +43,11 @@ def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
     entropy = scalars["losses/entropy"][1]
     assert ((0 < entropy) & (entropy <= math.log(4) + 1e-6)).all()
     assert (scalars["losses/critic_loss"][1] >= 0).all()
+
+
+def test_same_seed_same_run(in_tmp):
+    check_seeding(a2c_batched.main, ["--total-timesteps", "300", "--envs-count", "2", "--rollout-length", "5"],
+                  ["losses/actor_loss", "losses/critic_loss", "losses/entropy"])
 
 
 BAD_INPUTS = [("--envs-count", "0"), ("--rollout-length", "0"), ("--learning-rate", "-1"), ("--gamma", "1.5"),

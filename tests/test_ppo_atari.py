@@ -1,6 +1,6 @@
 """Tests of ppo_atari.py: GAE against a step-by-step computation, how a rollout marks the steps
-that only reset a game, a short real Atari run read back from TensorBoard, bad input, and
-learning on Catch.
+that only reset a game, a short real Atari run read back from TensorBoard, seeding, bad input,
+and learning on Catch.
 
     python -m pytest tests/test_ppo_atari.py -q
 """
@@ -16,7 +16,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
-from conftest import assert_refused, catch_returns, check_breakout_events, read_scalars, run_bad  # noqa: E402
+from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
 import ppo_atari  # noqa: E402
 
 TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
@@ -122,6 +122,12 @@ def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
     assert ((0 < entropy) & (entropy <= math.log(4) + 1e-6)).all()
     assert (scalars["losses/value_loss"][1] >= 0).all()
     assert (scalars["losses/explained_variance"][1] <= 1).all()
+
+
+def test_same_seed_same_run(in_tmp):
+    check_seeding(ppo_atari.main, ["--total-timesteps", "384", "--envs-count", "2", "--rollout-length", "32",
+                                   "--num-minibatches", "2", "--update-epochs", "2"],
+                  ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"])
 
 
 # ---------------------------------------------------------------- bad input
