@@ -19,7 +19,10 @@ as two Adams do).
 The environments are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv,
 with the preprocessing of dqn_atari.py (done in C++). A lost life is a terminal for learning
 and rewards are clipped to their sign for learning, but `charts/episodic_return` is the whole
-game's real score. The step that only resets a finished game is no transition: it adds no loss.
+game's real score. As in the standard setup, the step after a lost life presses FIRE for the
+agent (games wait for it), and every episode, a game's or a life's, starts with a stack of four
+copies of its first frame. That step, like the one that resets a finished game, is no
+transition: it adds no loss.
 
 Diff it against: dqn_atari.py (learning values from a replay memory instead of a policy from
 the latest steps) and ppo_atari.py (what PPO adds: GAE, the clipped objective, several epochs
@@ -41,7 +44,7 @@ import warnings
 import numpy as np
 import torch
 import torch.nn as nn
-from ale_py import roms
+from ale_py import Action, roms
 from ale_py.vector_env import AtariVectorEnv
 from gymnasium.spaces import Discrete
 from torch.distributions import Categorical
@@ -138,12 +141,19 @@ def make_env(env_id, envs_count, seed):
     We ask for raw rewards and real game ends (no episodic life) and derive the learning signals
     ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
     the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
-    the action and returns the new game's first observation."""
+    the action and returns the new game's first observation. After a lost life the game goes on,
+    and the main loop presses `relaunch_action(envs)` for the agent on the next step."""
     envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
                           stack_num=STACK, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
                           repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
                           episodic_life=False, life_loss_info=False, reward_clipping=False)
     return envs
+
+
+def relaunch_action(envs):
+    """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
+    action_set = envs.ale.get_action_set()
+    return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
 
 
 # ---------------------------------------------------------------- network (algorithm)
@@ -185,7 +195,9 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     """Play whole games with the policy (a random action with probability epsilon); return their real scores."""
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
-    obs, _ = envs.reset(seed=seed)
+    obs, infos = envs.reset(seed=seed)
+    obs[:, :-1] = obs[:, -1:]
+    lives, relaunch = infos["lives"], relaunch_action(envs)
     returns, score, video = [], 0.0, []
     while len(returns) < episodes:
         if rng.random() < epsilon:
@@ -194,7 +206,7 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
             with torch.no_grad():
                 logits, _ = agent(torch.from_numpy(obs).to(device))
             actions = Categorical(logits=logits).sample().cpu().numpy()
-        obs, rewards, terminations, truncations, _ = envs.step(actions)
+        obs, rewards, terminations, truncations, infos = envs.step(actions)
         score += float(rewards[0])
         if video_dir is not None:
             video.append(obs[0, -1])
@@ -205,7 +217,12 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
             score, video = 0.0, []
-            obs = envs.step(actions)[0]  # the step that resets the game: its action is ignored
+        if terminations[0] or truncations[0] or infos["lives"][0] < lives[0]:
+            # the step that resets the game or relaunches it after a lost life, as in training
+            obs, rewards, _, _, infos = envs.step(np.array([relaunch]))
+            score += float(rewards[0])
+            obs[:, :-1] = obs[:, -1:]
+        lives = infos["lives"]
     envs.close()
     return returns
 
@@ -245,8 +262,11 @@ def main(argv=None):
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
     obs, infos = envs.reset(seed=args.seed)
-    lives = infos["lives"]
-    game_ends = np.zeros(envs.num_envs, dtype=bool)  # obs is a game's last: the next step only resets
+    obs[:, :-1] = obs[:, -1:]  # an episode's first stack: four copies of its first frame
+    lives, relaunch = infos["lives"], relaunch_action(envs)
+    # obs ends an episode (a lost life or the game's end): the next step is not the agent's, it
+    # relaunches the game or resets a finished one; it is no transition
+    restarts = np.zeros(envs.num_envs, dtype=bool)
     scores = np.zeros(envs.num_envs)  # the real, unclipped score of the game being played
     lengths = np.zeros(envs.num_envs, dtype=np.int64)
     recent_returns = collections.deque(maxlen=100)
@@ -260,12 +280,14 @@ def main(argv=None):
         # ALGO LOGIC: the actor samples one action per environment
         dist = Categorical(logits=logits)
         actions = dist.sample()
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions.cpu().numpy())
+        next_obs, rewards, terminations, truncations, infos = envs.step(np.where(restarts, relaunch, actions.cpu().numpy()))
         global_step += envs.num_envs
+        next_obs[restarts, :-1] = next_obs[restarts, -1:]  # after a restart step a new episode's stack
 
         # A lost life is a terminal for learning; a time-limit truncation is not (we bootstrap).
-        dones = terminations | (infos["lives"] < lives)
-        valid = ~game_ends  # False for the step that only resets a finished game: not a transition
+        life_lost = infos["lives"] < lives
+        dones = terminations | life_lost
+        valid = ~restarts  # False for the step that resets or relaunches the game: not a transition
 
         # One forward of s' gives V(s') for this step's target and pi(.|s'), V(s') for the next
         # step: the parameters only move at the end of a rollout, so a second forward would
@@ -306,8 +328,8 @@ def main(argv=None):
         # Logging: the whole game's real score, as CleanRL logs it
         scores += rewards
         lengths += valid
-        game_ends, lives = terminations | truncations, infos["lives"]
-        for e in np.flatnonzero(game_ends):
+        restarts, lives = life_lost | terminations | truncations, infos["lives"]
+        for e in np.flatnonzero(terminations | truncations):
             writer.add_scalar("charts/episodic_return", scores[e], global_step)
             writer.add_scalar("charts/episodic_length", lengths[e], global_step)
             recent_returns.append(scores[e])

@@ -15,7 +15,9 @@ The environment is ale-py's AtariVectorEnv with `--envs-count` elements: the emu
 DeepMind preprocessing run in C++ (no-ops on reset, frame skip 4 with a max over the last two
 frames, FIRE on reset, 84x84 grayscale, 4 stacked frames). A lost life ends the episode for
 learning and rewards are clipped to their sign for learning, but `charts/episodic_return` is
-the whole game's real score.
+the whole game's real score. As in the standard setup, the step after a lost life presses FIRE
+for the agent (games wait for it) and is no transition, and every episode, a game's or a life's,
+starts with a stack of four copies of its first frame.
 
 The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
 dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
@@ -37,7 +39,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from ale_py import roms
+from ale_py import Action, roms
 from ale_py.vector_env import AtariVectorEnv
 from gymnasium.spaces import Discrete
 from torch.utils.tensorboard import SummaryWriter
@@ -156,12 +158,19 @@ def make_env(env_id, envs_count, seed):
     We ask for raw rewards and real game ends (no episodic life) and derive the learning signals
     ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
     the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
-    the action and returns the new game's first observation."""
+    the action and returns the new game's first observation. After a lost life the game goes on,
+    and the main loop presses `relaunch_action(envs)` for the agent on the next step."""
     envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
                           stack_num=STACK, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
                           repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
                           episodic_life=False, life_loss_info=False, reward_clipping=False)
     return envs
+
+
+def relaunch_action(envs):
+    """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
+    action_set = envs.ale.get_action_set()
+    return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
 
 
 # ---------------------------------------------------------------- network (algorithm)
@@ -211,8 +220,9 @@ class ReplayMemory:
     Row t, column e holds what environment e saw at its t-th step: the newest frame of the
     observation, the action taken, the clipped reward, whether that transition ended the episode
     for learning (`dones`), whether it is a real transition (`valid` is False for the step that
-    only resets a finished game) and whether the frame opened a game (`firsts`). Stacks are
-    rebuilt when sampling; frames before a game's first one are zeros, as the environment gives."""
+    resets a finished game or relaunches it after a lost life) and whether the frame opened an
+    episode (`firsts`). Stacks are rebuilt when sampling, as the main loop builds them: the
+    episode's first frame stands in for the frames before it."""
 
     def __init__(self, capacity, envs_count):
         self.rows = capacity // envs_count
@@ -232,14 +242,14 @@ class ReplayMemory:
         self.full = self.full or self.pos == 0
 
     def stacks(self, rows, cols, length=STACK):
-        """The `length` frames ending at (rows, cols), zeroed where they belong to an earlier game."""
-        window = (rows[:, None] + np.arange(1 - length, 1)) % self.rows
-        frames = self.frames[window, cols[:, None]]
-        firsts = self.firsts[window, cols[:, None]]
-        # a frame is from an earlier game when some game's first frame comes after it in the window
-        firsts_after = np.cumsum(firsts[:, ::-1], axis=1)[:, ::-1] - firsts
-        frames[firsts_after > 0] = 0
-        return frames
+        """The `length` frames ending at (rows, cols), the episode's first frame repeated where they
+        would reach into an earlier episode."""
+        offsets = np.arange(1 - length, 1)
+        firsts = self.firsts[(rows[:, None] + offsets) % self.rows, cols[:, None]]
+        # offset of the newest first frame in the window (argmax finds the first True from the end)
+        first_offset = np.where(firsts.any(1), -np.argmax(firsts[:, ::-1], axis=1), 1 - length)
+        window = (rows[:, None] + np.maximum(offsets, first_offset[:, None])) % self.rows
+        return self.frames[window, cols[:, None]]
 
     def sampleable(self, rows, cols):
         # The next frame must be stored already, and when the ring is full the STACK - 1 frames
@@ -266,7 +276,9 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     """Play whole games with a small epsilon; return their real scores."""
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
-    obs, _ = envs.reset(seed=seed)
+    obs, infos = envs.reset(seed=seed)
+    obs[:, :-1] = obs[:, -1:]
+    lives, relaunch = infos["lives"], relaunch_action(envs)
     returns, score, video = [], 0.0, []
     while len(returns) < episodes:
         if rng.random() < epsilon:
@@ -274,7 +286,7 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
         else:
             with torch.no_grad():
                 actions = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
-        obs, rewards, terminations, truncations, _ = envs.step(actions)
+        obs, rewards, terminations, truncations, infos = envs.step(actions)
         score += float(rewards[0])
         video.append(obs[0, -1])
         if terminations[0] or truncations[0]:
@@ -284,7 +296,12 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
             score, video = 0.0, []
-            obs = envs.step(actions)[0]  # the step that resets the game: its action is ignored
+        if terminations[0] or truncations[0] or infos["lives"][0] < lives[0]:
+            # the step that resets the game or relaunches it after a lost life, as in training
+            obs, rewards, _, _, infos = envs.step(np.array([relaunch]))
+            score += float(rewards[0])
+            obs[:, :-1] = obs[:, -1:]
+        lives = infos["lives"]
     envs.close()
     return returns
 
@@ -327,9 +344,12 @@ def main(argv=None):
     replay = ReplayMemory(args.buffer_size, envs.num_envs)
 
     obs, infos = envs.reset(seed=args.seed)
-    lives = infos["lives"]
-    game_starts = np.ones(envs.num_envs, dtype=bool)  # obs is a game's first observation
-    game_ends = np.zeros(envs.num_envs, dtype=bool)  # obs is a game's last: the next step only resets
+    obs[:, :-1] = obs[:, -1:]  # an episode's first stack: four copies of its first frame
+    lives, relaunch = infos["lives"], relaunch_action(envs)
+    starts = np.ones(envs.num_envs, dtype=bool)  # obs opens an episode (a game or a life)
+    # obs ends an episode (a lost life or the game's end): the next step is not the agent's, it
+    # relaunches the game or resets a finished one; it is no transition
+    restarts = np.zeros(envs.num_envs, dtype=bool)
     scores = np.zeros(envs.num_envs)  # the real, unclipped score of the game being played
     lengths = np.zeros(envs.num_envs, dtype=np.int64)
     recent_returns = collections.deque(maxlen=100)
@@ -341,6 +361,7 @@ def main(argv=None):
         # ALGO LOGIC: epsilon-greedy action for the current observation
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         actions = epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device)
+        actions[restarts] = relaunch
 
         # The emulator runs in its own C++ thread: send the actions, learn while it plays, collect.
         envs.send(actions)
@@ -373,13 +394,15 @@ def main(argv=None):
 
         # A lost life is a terminal for learning; a time-limit truncation is not (we bootstrap).
         life_lost = infos["lives"] < lives
-        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~game_ends, game_starts)
+        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~restarts, starts)
+        next_obs[restarts, :-1] = next_obs[restarts, -1:]  # after a restart step a new episode's stack
 
         # Logging: the whole game's real score, as CleanRL logs it
         scores += rewards
-        lengths += ~game_ends
-        game_starts, game_ends, lives, obs = game_ends, terminations | truncations, infos["lives"], next_obs
-        for e in np.flatnonzero(game_ends):
+        lengths += ~restarts
+        starts, restarts = restarts, life_lost | terminations | truncations
+        lives, obs = infos["lives"], next_obs
+        for e in np.flatnonzero(terminations | truncations):
             writer.add_scalar("charts/episodic_return", scores[e], global_step)
             writer.add_scalar("charts/episodic_length", lengths[e], global_step)
             recent_returns.append(scores[e])
