@@ -152,9 +152,10 @@ def make_env(env_id, envs_count, seed):
     ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
     the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
     the action and returns the new game's first observation. After a lost life the game goes on,
-    and the main loop presses `relaunch_action(envs)` for the agent on the next step."""
+    and the main loop presses `relaunch_action(envs)` for the agent on the next step. Each step
+    gives one frame per game, (envs, 1, 84, 84): `push_frames` stacks them."""
     envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
-                          stack_num=STACK, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
+                          stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
                           repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
                           episodic_life=False, life_loss_info=False, reward_clipping=False)
     return envs
@@ -164,6 +165,13 @@ def relaunch_action(envs):
     """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
     action_set = envs.ale.get_action_set()
     return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+
+
+def push_frames(obs, frames, starts):
+    """The stacks after a step: each drops its oldest frame and takes the step's new one, except where
+    an episode (a game or a life) starts: there, four copies of its first frame, as in the standard
+    setup. We stack frames here rather than in the emulator because it knows nothing of lives."""
+    return np.where(starts[:, None, None, None], frames, np.concatenate([obs[:, 1:], frames], axis=1))
 
 
 # ---------------------------------------------------------------- network (algorithm)
@@ -269,19 +277,22 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     """Play whole games with a small epsilon; return their real scores."""
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
-    obs, infos = envs.reset(seed=seed)
-    obs[:, :-1] = obs[:, -1:]
-    lives, relaunch = infos["lives"], relaunch_action(envs)
+    frames, infos = envs.reset(seed=seed)
+    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs)
+    restarts = np.zeros(1, dtype=bool)  # as in training: after a lost life or a game's end, relaunch
     returns, score, video = [], 0.0, []
     while len(returns) < episodes:
-        if rng.random() < epsilon:
+        if restarts[0]:
+            actions = np.array([relaunch])
+        elif rng.random() < epsilon:
             actions = rng.integers(0, envs.single_action_space.n, size=1)
         else:
             with torch.no_grad():
                 actions = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
-        obs, rewards, terminations, truncations, infos = envs.step(actions)
+        frames, rewards, terminations, truncations, infos = envs.step(actions)
+        obs = push_frames(obs, frames, restarts)
         score += float(rewards[0])
-        video.append(obs[0, -1])
+        video.append(frames[0, -1])
         if terminations[0] or truncations[0]:
             if video_dir is not None:
                 import imageio
@@ -289,12 +300,7 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
             score, video = 0.0, []
-        if terminations[0] or truncations[0] or infos["lives"][0] < lives[0]:
-            # the step that resets the game or relaunches it after a lost life, as in training
-            obs, rewards, _, _, infos = envs.step(np.array([relaunch]))
-            score += float(rewards[0])
-            obs[:, :-1] = obs[:, -1:]
-        lives = infos["lives"]
+        restarts, lives = terminations | truncations | (infos["lives"] < lives), infos["lives"]
     envs.close()
     return returns
 
@@ -336,8 +342,8 @@ def main(argv=None):
     target_network.load_state_dict(q_network.state_dict())
     replay = ReplayMemory(args.buffer_size, envs.num_envs)
 
-    obs, infos = envs.reset(seed=args.seed)
-    obs[:, :-1] = obs[:, -1:]  # an episode's first stack: four copies of its first frame
+    frames, infos = envs.reset(seed=args.seed)
+    obs = frames.repeat(STACK, axis=1)  # an episode's first stack: four copies of its first frame
     lives, relaunch = infos["lives"], relaunch_action(envs)
     starts = np.ones(envs.num_envs, dtype=bool)  # obs opens an episode (a game or a life)
     # obs ends an episode (a lost life or the game's end): the next step is not the agent's, it
@@ -383,12 +389,12 @@ def main(argv=None):
             for target_param, param in zip(target_network.parameters(), q_network.parameters()):
                 target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
 
-        next_obs, rewards, terminations, truncations, infos = envs.recv()
+        frames, rewards, terminations, truncations, infos = envs.recv()
 
         # A lost life is a terminal for learning; a time-limit truncation is not (we bootstrap).
         life_lost = infos["lives"] < lives
         replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~restarts, starts)
-        next_obs[restarts, :-1] = next_obs[restarts, -1:]  # after a restart step a new episode's stack
+        next_obs = push_frames(obs, frames, restarts)
 
         # Logging: the whole game's real score, as CleanRL logs it
         scores += rewards

@@ -162,9 +162,10 @@ def make_env(env_id, envs_count, seed):
     ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
     the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
     the action and returns the new game's first observation. After a lost life the game goes on,
-    and the main loop presses `relaunch_action(envs)` for the agent on the next step."""
+    and the main loop presses `relaunch_action(envs)` for the agent on the next step. Each step
+    gives one frame per game, (envs, 1, 84, 84): `push_frames` stacks them."""
     envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
-                          stack_num=STACK, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
+                          stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
                           repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
                           episodic_life=False, life_loss_info=False, reward_clipping=False)
     return envs
@@ -174,6 +175,13 @@ def relaunch_action(envs):
     """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
     action_set = envs.ale.get_action_set()
     return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+
+
+def push_frames(obs, frames, starts):
+    """The stacks after a step: each drops its oldest frame and takes the step's new one, except where
+    an episode (a game or a life) starts: there, four copies of its first frame, as in the standard
+    setup. We stack frames here rather than in the emulator because it knows nothing of lives."""
+    return np.where(starts[:, None, None, None], frames, np.concatenate([obs[:, 1:], frames], axis=1))
 
 
 # ---------------------------------------------------------------- network (algorithm)
@@ -284,8 +292,8 @@ def worker(index, args, acting_network, transitions, shared_step, stop):
     transitions.cancel_join_thread()  # at exit, do not wait to flush a queue nobody reads any more
     envs = make_env(args.env_id, 1, args.seed + index)
     rng = np.random.default_rng(args.seed + index)
-    obs, infos = envs.reset(seed=args.seed + index)
-    obs[:, :-1] = obs[:, -1:]  # an episode's first stack: four copies of its first frame
+    frames, infos = envs.reset(seed=args.seed + index)
+    obs = frames.repeat(STACK, axis=1)  # an episode's first stack: four copies of its first frame
     lives, relaunch, batch = infos["lives"], relaunch_action(envs), []
     starts, restarts = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)  # as in dqn_atari.py's main loop
     learner = os.getppid()
@@ -295,11 +303,11 @@ def worker(index, args, acting_network, transitions, shared_step, stop):
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value)
         actions = epsilon_greedy(acting_network, obs, epsilon, envs.single_action_space.n, rng, "cpu")
         actions[restarts] = relaunch
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        frames, rewards, terminations, truncations, infos = envs.step(actions)
         life_lost = infos["lives"] < lives
         batch.append((obs[0, -1], actions[0], rewards[0], (terminations | life_lost)[0], ~restarts[0], starts[0],
                       (terminations | truncations)[0]))
-        next_obs[restarts, :-1] = next_obs[restarts, -1:]  # after a restart step a new episode's stack
+        next_obs = push_frames(obs, frames, restarts)
         starts, restarts = restarts, life_lost | terminations | truncations
         lives, obs = infos["lives"], next_obs
         if len(batch) == QUEUE_BATCH:
@@ -327,19 +335,22 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     """Play whole games with a small epsilon; return their real scores."""
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
-    obs, infos = envs.reset(seed=seed)
-    obs[:, :-1] = obs[:, -1:]
-    lives, relaunch = infos["lives"], relaunch_action(envs)
+    frames, infos = envs.reset(seed=seed)
+    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs)
+    restarts = np.zeros(1, dtype=bool)  # as in training: after a lost life or a game's end, relaunch
     returns, score, video = [], 0.0, []
     while len(returns) < episodes:
-        if rng.random() < epsilon:
+        if restarts[0]:
+            actions = np.array([relaunch])
+        elif rng.random() < epsilon:
             actions = rng.integers(0, envs.single_action_space.n, size=1)
         else:
             with torch.no_grad():
                 actions = q_network(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
-        obs, rewards, terminations, truncations, infos = envs.step(actions)
+        frames, rewards, terminations, truncations, infos = envs.step(actions)
+        obs = push_frames(obs, frames, restarts)
         score += float(rewards[0])
-        video.append(obs[0, -1])
+        video.append(frames[0, -1])
         if terminations[0] or truncations[0]:
             if video_dir is not None:
                 import imageio
@@ -347,12 +358,7 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
             score, video = 0.0, []
-        if terminations[0] or truncations[0] or infos["lives"][0] < lives[0]:
-            # the step that resets the game or relaunches it after a lost life, as in training
-            obs, rewards, _, _, infos = envs.step(np.array([relaunch]))
-            score += float(rewards[0])
-            obs[:, :-1] = obs[:, -1:]
-        lives = infos["lives"]
+        restarts, lives = terminations | truncations | (infos["lives"] < lives), infos["lives"]
     envs.close()
     return returns
 

@@ -6,11 +6,15 @@ ends with +1 if the paddle is under it, else -1. A random policy scores about -0
 good one scores +1, which takes looking at the ball, moving towards it, and credit assignment
 over the whole fall (the reward comes only at the end).
 
-Observations are what ale-py's AtariVectorEnv gives: uint8 stacks (envs, 4, 84, 84), zeros
-before a game's first frame; a finished game is reset on the next step, which ignores its action.
+Observations are what ale-py's AtariVectorEnv gives with stack_num=1, as the scripts make it:
+one uint8 frame per game, (envs, 1, 84, 84); a finished game is reset on the next step, which
+ignores its action.
+Catch has one life and no FIRE: `ale.get_action_set()` says so, as AtariVectorEnv's does.
 """
+from types import SimpleNamespace
 
 import numpy as np
+from ale_py import Action
 from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import VectorEnv
 
@@ -22,7 +26,7 @@ class CatchVectorEnv(VectorEnv):
     def __init__(self, envs_count):
         self.num_envs = envs_count
         self.single_action_space = Discrete(3)
-        self.single_observation_space = Box(0, 255, (4, 84, 84), np.uint8)
+        self.single_observation_space = Box(0, 255, (1, 84, 84), np.uint8)
         self.rng = np.random.default_rng()
         self.ball_col = np.zeros(envs_count, dtype=np.int64)
         self.ball_row = np.zeros(envs_count, dtype=np.int64)
@@ -30,6 +34,7 @@ class CatchVectorEnv(VectorEnv):
         self.stack = np.zeros((envs_count, 4, 84, 84), dtype=np.uint8)
         self.finished = np.zeros(envs_count, dtype=bool)
         self.pending = None
+        self.ale = SimpleNamespace(get_action_set=lambda: [Action.NOOP, Action.LEFT, Action.RIGHT])
 
     def _new_game(self, e):
         self.ball_col[e] = self.rng.integers(GRID)
@@ -55,7 +60,7 @@ class CatchVectorEnv(VectorEnv):
         for e in range(self.num_envs):
             self._new_game(e)
         self.finished[:] = False
-        return self.stack.copy(), self._info()
+        return self.stack[:, -1:].copy(), self._info()
 
     def send(self, actions):
         self.pending = np.asarray(actions)
@@ -75,7 +80,7 @@ class CatchVectorEnv(VectorEnv):
             if self.ball_row[e] == GRID - 1:
                 rewards[e] = 1 if self.paddle[e] == self.ball_col[e] else -1
                 terminations[e] = self.finished[e] = True
-        return self.stack.copy(), rewards, terminations, np.zeros(self.num_envs, dtype=bool), self._info()
+        return self.stack[:, -1:].copy(), rewards, terminations, np.zeros(self.num_envs, dtype=bool), self._info()
 
     def step(self, actions):
         self.send(actions)

@@ -96,16 +96,21 @@ def play_into_replay(capacity, steps, seed=0):
     envs = dqn_atari.make_env("BreakoutNoFrameskip-v4", 1, seed)
     replay = dqn_atari.ReplayMemory(capacity, 1)
     rng = np.random.default_rng(seed)
-    obs, infos = envs.reset(seed=seed)
-    lives, game_starts, game_ends = infos["lives"], np.ones(1, bool), np.zeros(1, bool)
+    frames, infos = envs.reset(seed=seed)
+    obs = frames.repeat(4, axis=1)
+    lives, relaunch = infos["lives"], dqn_atari.relaunch_action(envs)
+    starts, restarts = np.ones(1, bool), np.zeros(1, bool)
     history = []  # (obs, action, reward, next_obs, done, real transition) of every step
     for _ in range(steps):
         actions = rng.integers(0, 4, size=1)
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        actions[restarts] = relaunch
+        frames, rewards, terminations, truncations, infos = envs.step(actions)
         life_lost = infos["lives"] < lives
-        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~game_ends, game_starts)
-        history.append((obs[0], actions[0], np.sign(rewards[0]), next_obs[0], (terminations | life_lost)[0], not game_ends[0]))
-        game_starts, game_ends, lives, obs = game_ends, terminations | truncations, infos["lives"], next_obs
+        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~restarts, starts)
+        next_obs = dqn_atari.push_frames(obs, frames, restarts)
+        history.append((obs[0], actions[0], np.sign(rewards[0]), next_obs[0], (terminations | life_lost)[0], not restarts[0]))
+        starts, restarts = restarts, life_lost | terminations | truncations
+        lives, obs = infos["lives"], next_obs
     return replay, history
 
 
@@ -116,20 +121,20 @@ def test_replay_rebuilds_the_real_stacks_across_games_and_the_wrap():
     rows = np.arange(capacity)
     ok = replay.sampleable(rows, np.zeros(capacity, dtype=np.int64))
     first_step = steps - capacity  # the history step that row 0 of the ring... rotated by pos
-    checked = game_starts_seen = 0
+    checked = episode_starts_seen = 0
     for row in rows[ok]:
         step = first_step + (row - replay.pos) % capacity
         obs, action, reward, next_obs, done, real = history[step]
-        assert real, "the reset step after a game's end is never sampled"
+        assert real, "the step that resets or relaunches a game is never sampled"
         stack = replay.stacks(np.array([row]), np.array([0]))[0]
         next_stack = replay.stacks(np.array([(row + 1) % capacity]), np.array([0]))[0]
         np.testing.assert_array_equal(stack, obs)
         np.testing.assert_array_equal(next_stack, next_obs)
         assert replay.actions[row, 0] == action and replay.rewards[row, 0] == reward and replay.dones[row, 0] == done
-        game_starts_seen += int(not obs[0].any())  # zero padding: the first steps of a game
+        episode_starts_seen += int((obs == obs[-1]).all())  # four copies of one frame: an episode's start
         checked += 1
-    assert checked > capacity - 20
-    assert game_starts_seen >= 3 * 3, "several games began inside the ring"
+    assert checked > capacity - 40
+    assert episode_starts_seen >= 3 * 5, "several games and lives began inside the ring"
     # The rows that cannot be rebuilt are exactly the reset steps, the newest row and the oldest three.
     assert (~ok).sum() == (~replay.valid[:, 0]).sum() + 1 + 3 - (~replay.valid[:, 0])[[(replay.pos + k) % capacity for k in (-1, 0, 1, 2)]].sum()
 

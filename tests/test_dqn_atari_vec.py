@@ -54,16 +54,20 @@ def test_replay_stacks_stay_within_one_environment():
     envs = dqn_atari_vec.make_env("BreakoutNoFrameskip-v4", envs_count, 7)
     replay = dqn_atari_vec.ReplayMemory(capacity, envs_count)
     rng = np.random.default_rng(7)
-    obs, infos = envs.reset(seed=7)
-    lives, game_starts, game_ends = infos["lives"], np.ones(envs_count, bool), np.zeros(envs_count, bool)
+    frames, infos = envs.reset(seed=7)
+    obs, lives, relaunch = frames.repeat(4, axis=1), infos["lives"], dqn_atari_vec.relaunch_action(envs)
+    starts, restarts = np.ones(envs_count, bool), np.zeros(envs_count, bool)
     history = []
     for _ in range(steps):
         actions = rng.integers(0, 4, size=envs_count)
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        actions[restarts] = relaunch
+        frames, rewards, terminations, truncations, infos = envs.step(actions)
         life_lost = infos["lives"] < lives
-        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~game_ends, game_starts)
+        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~restarts, starts)
+        next_obs = dqn_atari_vec.push_frames(obs, frames, restarts)
         history.append((obs, next_obs))
-        game_starts, game_ends, lives, obs = game_ends, terminations | truncations, infos["lives"], next_obs
+        starts, restarts = restarts, life_lost | terminations | truncations
+        lives, obs = infos["lives"], next_obs
     assert replay.full and replay.frames.shape[:2] == (300, 3)
     rows = np.repeat(np.arange(300), envs_count)
     cols = np.tile(np.arange(envs_count), 300)
