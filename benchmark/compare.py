@@ -1,33 +1,48 @@
-"""The seed notes' table from run directories, and optionally their learning curves.
+"""The seed notes' table from run directories or results CSVs, and optionally their learning curves.
 
     python benchmark/compare.py runs/                       # every run under runs/
-    python benchmark/compare.py runs/A runs/B --plot curves.png
+    python benchmark/compare.py docs/results --reach 10 --plot curves.png
+    python benchmark/compare.py --export docs/results runs/  # keep runs as CSVs (see docs/results/README.md)
 
-Runs of any of the five scripts can be compared. Runs that differ only by --seed form one row:
-their last episodic return is shown as mean ± std over the seeds (each seed's value is the mean
-of its last --last games). The plot (needs matplotlib) draws the return against steps and
-against wall-clock hours, side by side, one line per run, smoothed over 100 games.
+Runs of any of the five scripts can be compared, from their run directories (TensorBoard events)
+or from the CSVs sweep.py and --export write; a run found both ways counts once. Runs whose
+hyperparameters differ only by --seed form one row: their return is shown as mean ± std over the
+seeds (each seed's value is the mean of its last --last games). The implementation column names
+the flags in which rows of one script differ. --reach SCORE adds the wall-clock minutes until the
+mean of the last --last games first reaches SCORE. The plot (needs matplotlib) draws the return
+against steps and against wall-clock time, side by side, one line per run, smoothed over 100 games.
 """
 import argparse
+import json
 import os
 import sys
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+# hyperparameters with a column of their own, or that differ between seeds anyway
+SHOWN = ("exp_name", "seed", "env_id", "total_timesteps", "envs_count", "workers_count", "learn_steps_period")
+
 
 def find_runs(paths):
-    """Every directory under the given paths that holds TensorBoard events."""
-    runs = []
+    """Run directories (folders holding TensorBoard events) and results CSVs under the given paths.
+    A CSV is named after its run directory: where both are found, the run is read once."""
+    found = {}
     for path in paths:
+        if path.endswith(".csv"):
+            found.setdefault(os.path.basename(path)[:-4], path)
         for folder, _, files in os.walk(path):
             if any(name.startswith("events.out.tfevents") for name in files):
-                runs.append(folder)
-    return sorted(runs)
+                found.setdefault(os.path.basename(folder), folder)
+            for name in sorted(files):
+                if name.endswith(".csv"):
+                    found.setdefault(name[:-4], os.path.join(folder, name))
+    return [found[name] for name in sorted(found)]
 
 
-def read_run(run_dir, last):
-    events = EventAccumulator(run_dir, size_guidance={"scalars": 0, "tensors": 0})
+def read_run(run_dir):
+    """A run from its TensorBoard events: hyperparameters, totals, and one (step, seconds, return) per game."""
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     text_tag = next(t for t in events.Tags()["tensors"] if t.startswith("hyperparameters"))
     text = events.Tensors(text_tag)[0]  # written when the run starts: its time is the run's start
@@ -36,69 +51,164 @@ def read_run(run_dir, last):
     scalars = {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
     returns = scalars.get("charts/episodic_return", [])
     every = [e for tag in scalars for e in scalars[tag]]
+    # seconds rounded to the millisecond, as the CSV keeps them, so both give the same table
     return {
-        "dir": run_dir,
-        "implementation": params.get("exp_name", os.path.basename(run_dir)),
-        "env_id": params.get("env_id", "?"),
-        "seed": params.get("seed", "?"),
-        "parallel": params.get("workers_count", params.get("envs_count", "1")),
-        "learn_steps_period": params.get("learn_steps_period", "-"),
+        "name": os.path.basename(os.path.normpath(run_dir)),
+        "command": None,
+        "params": params,
         "steps": max(e.step for e in every) if every else 0,
-        "last_return": float(np.mean([e.value for e in returns[-last:]])) if returns else float("nan"),
+        "seconds": round(max(e.wall_time for e in every) - text.wall_time, 3) if every else 0.0,
         "updates": int(scalars["charts/updates"][-1].value) if "charts/updates" in scalars else None,
-        "seconds": max(e.wall_time for e in every) - text.wall_time if every else 0.0,
-        "curve": ([e.step for e in returns], [e.wall_time - text.wall_time for e in returns], [e.value for e in returns]),
+        "curve": ([e.step for e in returns], [round(e.wall_time - text.wall_time, 3) for e in returns],
+                  [e.value for e in returns]),
     }
+
+
+def write_csv(run_dir, path, command=None):
+    """The run as a small CSV: `# key: value` header lines, then one `step,return,seconds` row per game.
+    Mode "x": an existing file is never overwritten (FileExistsError)."""
+    run = read_run(run_dir)
+    params = run["params"]
+    script = command.split()[1] if command else params.get("exp_name", "?") + ".py"
+    with open(path, "x") as f:
+        f.write(f"# command: {command or f'not recorded (exported from {run_dir})'}\n")
+        f.write(f"# script: {script}\n# env_id: {params.get('env_id', '?')}\n# seed: {params.get('seed', '?')}\n")
+        f.write(f"# steps: {run['steps']}\n# seconds: {float(run['seconds'])!r}\n")
+        f.write(f"# updates: {'-' if run['updates'] is None else run['updates']}\n")
+        f.write(f"# hyperparameters: {json.dumps(params)}\n")
+        f.write("step,return,seconds\n")
+        for step, seconds, value in zip(*run["curve"]):
+            f.write(f"{step},{float(value)!r},{float(seconds)!r}\n")
+
+
+def read_csv(path):
+    """A run from its CSV, as read_run gives it."""
+    header, rows = {}, []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("# "):
+                key, value = line[2:].rstrip("\n").split(": ", 1)
+                header[key] = value
+            elif line.strip() and not line.startswith("step,"):
+                step, value, seconds = line.split(",")
+                rows.append((int(step), float(seconds), float(value)))
+    return {
+        "name": os.path.basename(path)[: -len(".csv")],
+        "command": header["command"],
+        "params": json.loads(header["hyperparameters"]),
+        "steps": int(header["steps"]),
+        "seconds": float(header["seconds"]),
+        "updates": None if header["updates"] == "-" else int(header["updates"]),
+        "curve": tuple(list(column) for column in zip(*rows)) if rows else ([], [], []),
+    }
+
+
+def minutes_to(run, score, last):
+    """Wall-clock minutes until the mean of `last` consecutive games first reaches score; None if never."""
+    returns, seconds = np.array(run["curve"][2]), np.array(run["curve"][1])
+    if len(returns) < last:
+        return None
+    sums = np.convolve(returns, np.ones(last), mode="valid")  # sums, not means: exact for whole scores
+    hits = np.flatnonzero(sums >= score * last)
+    return seconds[hits[0] + last - 1] / 60 if len(hits) else None
+
+
+def settings(runs):
+    """[(label, runs)]: runs whose hyperparameters differ only by seed (and that ran as many steps)
+    pooled, each labelled by its script and the flags in which it differs from the script's other rows."""
+    groups = {}
+    for run in runs:
+        params = {k: v for k, v in run["params"].items() if k != "seed"}
+        groups.setdefault((json.dumps(params, sort_keys=True), run["steps"]), []).append(run)
+    labelled = []
+    for group in groups.values():
+        params = group[0]["params"]
+        name = params.get("exp_name", group[0]["name"])
+        others = [g[0]["params"] for g in groups.values() if g[0]["params"].get("exp_name") == params.get("exp_name")]
+        flags = [k for k in params if k not in SHOWN and len({str(p.get(k)) for p in others}) > 1]
+        label = name
+        for k in flags:
+            flag, value = "--" + k.replace("_", "-"), params[k]
+            label += {"True": f" {flag}", "False": f" --no-{flag[2:]}"}.get(value, f" {flag} {value}")
+        labelled.append((label, group))
+    return sorted(labelled, key=lambda item: (item[0], item[1][0]["steps"]))
 
 
 def hours(seconds):
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
-def table(runs):
+def reach_cell(group, score, last):
+    minutes = [m for m in (minutes_to(run, score, last) for run in group) if m is not None]
+    if not minutes:
+        return "not reached"
+    shown = f"{np.mean(minutes):.1f}"
+    return shown if len(minutes) == len(group) else f"{len(minutes)}/{len(group)} reached: {shown}"
+
+
+def table(runs, last=100, reach=None):
     """Markdown rows, one per setting, seeds pooled."""
-    groups = {}
-    for run in runs:
-        key = (run["implementation"], run["env_id"], run["parallel"], run["learn_steps_period"], run["steps"])
-        groups.setdefault(key, []).append(run)
-    lines = ["| implementation | game | steps | last episodic_return | envs_count (workers_count) | "
-             "learn_steps_period | gradient updates | wall-clock | steps/s | seeds |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for (implementation, env_id, parallel, period, steps), group in sorted(groups.items()):
-        returns = np.array([run["last_return"] for run in group])
+    lines = [f"| implementation | game | steps | seeds | envs_count (workers_count) | learn_steps_period | "
+             f"gradient updates | episodic_return, last {last} games | steps/s | wall-clock |"
+             + (f" minutes to {reach:g} |" if reach is not None else ""),
+             "|---" * (10 + (reach is not None)) + "|"]
+    for label, group in settings(runs):
+        params = group[0]["params"]
+        returns = np.array([np.mean(run["curve"][2][-last:]) if run["curve"][2] else np.nan for run in group])
         shown = f"{returns.mean():.1f} ± {returns.std():.1f}" if len(group) > 1 else f"{returns[0]:.1f}"
         shown = "no game ended" if np.isnan(returns).all() else shown
         updates = [run["updates"] for run in group if run["updates"] is not None]
         seconds = np.mean([run["seconds"] for run in group])
-        sps = np.mean([run["steps"] / run["seconds"] for run in group if run["seconds"] > 0] or [float("nan")])
-        lines.append(f"| {implementation} | {env_id} | {steps:,} | {shown} | {parallel} | {period} | "
-                     f"{f'{int(np.mean(updates)):,}' if updates else '-'} | {hours(seconds)} | {sps:,.0f} | {len(group)} |")
+        sps = np.mean([run["steps"] / run["seconds"] for run in group if run["seconds"] > 0] or [np.nan])
+        lines.append(f"| {label} | {params.get('env_id', '?')} | {group[0]['steps']:,} | {len(group)} | "
+                     f"{params.get('workers_count', params.get('envs_count', '1'))} | "
+                     f"{params.get('learn_steps_period', '-')} | {f'{int(np.mean(updates)):,}' if updates else '-'} | "
+                     f"{shown} | {sps:,.0f} | {hours(seconds)} |"
+                     + (f" {reach_cell(group, reach, last)} |" if reach is not None else ""))
     return "\n".join(lines)
 
 
-def plot(runs, path, plt):
+def plot(runs, path, plt, reach=None):
     figure, (by_steps, by_time) = plt.subplots(1, 2, figsize=(13, 4.5))
-    for run in runs:
-        steps, times, values = (np.array(v) for v in run["curve"])
-        if len(values) == 0:
-            continue
-        window = min(100, len(values))
-        smooth = np.convolve(values, np.ones(window) / window, mode="valid")
-        label = f"{run['implementation']} ({run['parallel']}, K={run['learn_steps_period']}) seed {run['seed']}"
-        by_steps.plot(steps[window - 1:], smooth, label=label)
-        by_time.plot(times[window - 1:] / 3600, smooth, label=label)
+    # minutes for runs under two hours, to read --reach's column off the plot
+    longest = max([run["curve"][1][-1] for run in runs if run["curve"][1]] or [0])
+    scale, unit = (60, "minutes") if longest < 2 * 3600 else (3600, "hours")
+    for color, (label, group) in enumerate(settings(runs)):
+        for seed, run in enumerate(group):  # one colour per row of the table, one line per seed
+            steps, times, values = (np.array(v) for v in run["curve"])
+            if len(values) == 0:
+                continue
+            window = min(100, len(values))
+            smooth = np.convolve(values, np.ones(window) / window, mode="valid")
+            params = run["params"]
+            parallel = params.get("workers_count", params.get("envs_count", "1"))
+            shown = f"{label} ({parallel} envs, K={params.get('learn_steps_period', '-')})" if seed == 0 else None
+            by_steps.plot(steps[window - 1:], smooth, color=f"C{color}", label=shown)
+            by_time.plot(times[window - 1:] / scale, smooth, color=f"C{color}")
+    if reach is not None:
+        for axes in (by_steps, by_time):
+            axes.axhline(reach, color="gray", linestyle="--", linewidth=1)
     by_steps.set(xlabel="environment steps", ylabel="episodic return (mean of 100 games)", title="against steps")
-    by_time.set(xlabel="wall-clock hours", title="against time")
+    by_time.set(xlabel=f"wall-clock {unit}", title="against time")
     by_steps.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
 
+def positive_int(text):
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of games, 1 or more, got {text!r}")
+    return int(text)
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("runs_dirs", nargs="+", metavar="RUNS_DIR", help="run directories, or folders holding them")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("runs_dirs", nargs="+", metavar="RUN", help="run directories, results CSVs, or folders holding them")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the learning curves into this file")
-    p.add_argument("--last", type=int, default=100, help="games averaged for the last episodic return")
+    p.add_argument("--last", type=positive_int, default=100, help="games averaged for the return and for --reach")
+    p.add_argument("--reach", type=float, metavar="SCORE", help="add the minutes until the mean return reaches SCORE")
+    p.add_argument("--export", metavar="DIR", help="write each run directory as DIR/<run name>.csv instead of a table")
     args = p.parse_args(argv)
     plt = None
     if args.plot:
@@ -108,16 +218,33 @@ def main(argv=None):
             import matplotlib.pyplot as plt
         except ImportError:
             p.error("argument --plot: needs matplotlib: pip install matplotlib")
-    missing = [path for path in args.runs_dirs if not os.path.isdir(path)]
+    missing = [path for path in args.runs_dirs if not os.path.exists(path)]
     if missing:
-        p.error(f"argument RUNS_DIR: no such directory: {', '.join(missing)}")
-    run_dirs = find_runs(args.runs_dirs)
-    if not run_dirs:
-        p.error(f"argument RUNS_DIR: no run directories (TensorBoard events) under {', '.join(args.runs_dirs)}")
-    runs = [read_run(run_dir, args.last) for run_dir in run_dirs]
-    print(table(runs))
+        p.error(f"argument RUN: no such file or directory: {', '.join(missing)}")
+    sources = find_runs(args.runs_dirs)
+    if not sources:
+        p.error(f"argument RUN: no run directories (TensorBoard events) or results CSVs under {', '.join(args.runs_dirs)}")
+
+    if args.export:
+        os.makedirs(args.export, exist_ok=True)
+        for run_dir in (source for source in sources if os.path.isdir(source)):
+            path = os.path.join(args.export, os.path.basename(os.path.normpath(run_dir)) + ".csv")
+            if os.path.exists(path):
+                print(f"{path}: exists already, left as is")
+            else:
+                write_csv(run_dir, path)
+                print(f"{path}: written from {run_dir}")
+        return 0
+
+    runs = []
+    for source in sources:
+        try:
+            runs.append(read_run(source) if os.path.isdir(source) else read_csv(source))
+        except (KeyError, ValueError) as error:  # a CSV of something else, or cut short
+            p.error(f"argument RUN: {source} is not a results CSV (see docs/results/README.md): {error!r}")
+    print(table(runs, args.last, args.reach))
     if plt is not None:
-        plot(runs, args.plot, plt)
+        plot(runs, args.plot, plt, args.reach)
         print(f"\nlearning curves written to {args.plot}")
 
 

@@ -1,22 +1,45 @@
-"""Run several scripts and settings one after another, each into its own run directory.
+"""Run several scripts and settings, each into its own run directory, and keep each run's results as a CSV.
 
     python benchmark/sweep.py --out sweep --env-id BreakoutNoFrameskip-v4 --total-timesteps 300000 \\
-        --seeds 1 2 --runs "dqn_atari.py" "dqn_atari_vec.py --envs-count 8 --learn-steps-period 32" \\
+        --seeds 1 2 --jobs 2 --runs "dqn_atari.py" "dqn_atari_vec.py --envs-count 8 --learn-steps-period 32" \\
         "dqn_atari_mp.py --workers-count 2 --learn-steps-period 4"
-    python benchmark/compare.py sweep/runs --plot sweep/curves.png
+    python benchmark/compare.py docs/results --plot sweep/curves.png
 
 Each --runs entry is a script with its own flags; every entry runs once per seed, with the game
 and budget given here. The runs' output goes to OUT/logs/, their run directories to OUT/runs/.
-A failed run is reported and the sweep goes on; a summary ends it.
+--jobs N runs N at once, each child with one torch thread (OMP_NUM_THREADS=1); the default, 1,
+runs them one after another with torch's own thread count. A failed run is reported and the sweep
+goes on; a summary ends it, and the exit status is 1 if any run failed.
+
+Each run that ends well is written to RESULTS_DIR/<run directory name>.csv (format:
+docs/results/README.md), its command on the first line. A run whose command is already the first
+line of a CSV there is skipped, so a sweep can be spread over several sittings: run the same
+command again and only the missing runs run. A CSV is never overwritten.
 """
 import argparse
 import os
+import re
 import shlex
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+from compare import write_csv  # noqa: E402
+
+
+def jobs_count(text):
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of runs at once, 1 or more, got {text!r}")
+    return int(text)
+
+
+def run_dir_in(log_path):
+    """The run directory a script names on its first line ("runs/NAME: game, steps on device"), or None yet."""
+    with open(log_path) as log:
+        found = re.search(r"^(runs/[^\s:]+): ", log.read(), re.MULTILINE)
+    return found and found.group(1)
 
 
 def main(argv=None):
@@ -27,37 +50,84 @@ def main(argv=None):
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="the game of every run")
     p.add_argument("--total-timesteps", type=int, default=300_000, help="the budget of every run")
     p.add_argument("--out", default="sweep", help="folder for runs/ and logs/")
+    p.add_argument("--jobs", type=jobs_count, default=1, help="runs at once, each on one torch thread (default 1)")
+    p.add_argument("--results-dir", default=os.path.join("docs", "results"), help="folder for the runs' CSVs")
     args = p.parse_args(argv)
     entries = [shlex.split(entry) for entry in args.runs]
     for entry in entries:
         if not os.path.isfile(os.path.join(ROOT, entry[0])):
             p.error(f"argument --runs: no script {entry[0]} in {ROOT}")
+    if os.path.exists(args.results_dir) and not os.path.isdir(args.results_dir):
+        p.error(f"argument --results-dir: {args.results_dir} is a file, not a folder")
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
+    os.makedirs(args.results_dir, exist_ok=True)
 
-    jobs = [(entry, seed) for entry in entries for seed in args.seeds]
-    results = []
-    for number, (entry, seed) in enumerate(jobs, 1):
-        command = [sys.executable, os.path.join(ROOT, entry[0]), *entry[1:], "--env-id", args.env_id,
-                   "--total-timesteps", str(args.total_timesteps), "--seed", str(seed)]
-        name = f"{number:02d}_{os.path.splitext(entry[0])[0]}_seed{seed}"
-        print(f"[{number}/{len(jobs)}] {' '.join(entry)} --seed {seed}: running (log: {args.out}/logs/{name}.log)",
-              flush=True)
-        started = time.time()
-        with open(os.path.join(args.out, "logs", f"{name}.log"), "w") as log:
-            code = subprocess.call(command, cwd=args.out, stdout=log, stderr=subprocess.STDOUT)
-        minutes = (time.time() - started) / 60
-        with open(os.path.join(args.out, "logs", f"{name}.log")) as log:
-            tail = (log.read().strip().splitlines() or [""])[-1]
-        status = "ok" if code == 0 else f"FAILED (exit {code})"
-        print(f"[{number}/{len(jobs)}] {status} after {minutes:.1f} min: {tail}", flush=True)
-        results.append((" ".join(entry), seed, status, minutes))
+    # What earlier sittings ran: the first line of each CSV is "# command: python SCRIPT FLAGS"
+    done = {}
+    for name in sorted(os.listdir(args.results_dir)):
+        if name.endswith(".csv"):
+            with open(os.path.join(args.results_dir, name)) as f:
+                done.setdefault(f.readline().removeprefix("# command: ").strip(), os.path.join(args.results_dir, name))
 
-    print("\n| run | seed | status | minutes |\n|---|---|---|---|")
-    for entry, seed, status, minutes in results:
-        print(f"| {entry} | {seed} | {status} | {minutes:.1f} |")
-    failed = sum(status != "ok" for _, _, status, _ in results)
-    print(f"\n{len(results) - failed} of {len(results)} runs ended well. Compare them with:\n"
-          f"  python benchmark/compare.py {os.path.join(args.out, 'runs')} --plot {os.path.join(args.out, 'curves.png')}")
+    # One torch thread per child when several share the cores: more would only wait for each other
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1") if args.jobs > 1 else None
+    jobs, pending, running, results = [], [], [], []
+    for entry in entries:
+        for seed in args.seeds:
+            number = len(jobs) + 1
+            flags = [*entry[1:], "--env-id", args.env_id, "--total-timesteps", str(args.total_timesteps), "--seed", str(seed)]
+            name = f"{number:02d}_{os.path.splitext(entry[0])[0]}_seed{seed}"
+            jobs.append({"number": number, "entry": entry, "seed": seed, "log": os.path.join(args.out, "logs", f"{name}.log"),
+                         "argv": [sys.executable, os.path.join(ROOT, entry[0]), *flags],
+                         "command": shlex.join(["python", entry[0], *flags])})  # as a user would type it
+    for job in jobs:
+        if job["command"] in done:
+            print(f"[{job['number']}/{len(jobs)}] {job['command']}: skipped, already in {done[job['command']]}", flush=True)
+            results.append((job, "skipped", 0.0, done[job["command"]]))
+        else:
+            pending.append(job)
+
+    while pending or running:
+        for job in running:
+            job["run_dir"] = job["run_dir"] or run_dir_in(job["log"])
+        for job in [job for job in running if job["proc"].poll() is not None]:
+            running.remove(job)
+            job["file"].close()
+            minutes = (time.time() - job["started"]) / 60
+            with open(job["log"]) as log:
+                tail = (log.read().strip().splitlines() or [""])[-1]
+            code, run_dir, csv = job["proc"].returncode, run_dir_in(job["log"]), "-"
+            if code == 0 and not run_dir:
+                csv = "- (no run directory named in the log)"
+            elif code == 0:
+                csv = os.path.join(args.results_dir, os.path.basename(run_dir) + ".csv")
+                try:
+                    write_csv(os.path.join(args.out, run_dir), csv, job["command"])
+                except FileExistsError:
+                    csv += " (exists already, left as is)"
+            status = "ok" if code == 0 else f"FAILED (exit {code})"
+            print(f"[{job['number']}/{len(jobs)}] {status} after {minutes:.1f} min: {job['command']}\n"
+                  f"    log: {job['log']} | results: {csv} | {tail}", flush=True)
+            results.append((job, status, minutes, csv))
+        # Start the next run once those running have made their run directory: two runs of one
+        # script and seed started within the same second would otherwise pick the same name.
+        while (pending and len(running) < args.jobs
+               and all(job["run_dir"] or job["proc"].poll() is not None for job in running)):
+            job = pending.pop(0)
+            job["file"], job["run_dir"], job["started"] = open(job["log"], "w"), None, time.time()
+            job["proc"] = subprocess.Popen(job["argv"], cwd=args.out, stdout=job["file"], stderr=subprocess.STDOUT, env=env)
+            running.append(job)
+            print(f"[{job['number']}/{len(jobs)}] {job['command']}: running (log: {job['log']})", flush=True)
+        time.sleep(0.2)
+
+    print("\n| run | seed | status | minutes | results |\n|---|---|---|---|---|")
+    for job, status, minutes, csv in sorted(results, key=lambda result: result[0]["number"]):
+        print(f"| {' '.join(job['entry'])} | {job['seed']} | {status} | {minutes:.1f} | {csv} |")
+    failed = sum(status not in ("ok", "skipped") for _, status, _, _ in results)
+    skipped = sum(status == "skipped" for _, status, _, _ in results)
+    print(f"\n{len(results) - failed - skipped} of {len(results)} runs ended well, {skipped} skipped, {failed} failed. "
+          f"Compare them with:\n  python benchmark/compare.py {args.results_dir} "
+          f"--plot {os.path.join(args.out, 'curves.png')}")
     return 1 if failed else 0
 
 

@@ -1,67 +1,195 @@
-"""benchmark/sweep.py and benchmark/compare.py on small real runs."""
+"""benchmark/sweep.py and benchmark/compare.py on small real runs, and on hand-made results CSVs."""
+import json
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, read_scalars
+from conftest import ROOT, assert_refused, read_scalars
 
-SMALL = "--learning-starts 300 --buffer-size 2000 --batch-size 8"
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import compare  # noqa: E402
+import sweep as sweep_tool  # noqa: E402
+
+SMALL = "--learning-starts 300 --buffer-size 2000 --batch-size 8 --eval-episodes 1"
+GOOD = [f"dqn_atari.py {SMALL}", f"dqn_atari_vec.py {SMALL} --envs-count 2 --learn-steps-period 2"]
+
+
+def run_tool(tool, *args, timeout=120):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", tool), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "sweep.py"), "--out", str(out),
-                           "--total-timesteps", "600", "--seeds", "1", "2", "--runs", f"dqn_atari.py {SMALL}",
-                           f"dqn_atari_vec.py {SMALL} --envs-count 2 --learn-steps-period 2",
-                           "dqn_atari.py --envs-count 3"],  # not a flag of dqn_atari.py: this one fails
-                          capture_output=True, text=True, timeout=600)
+    proc = run_tool("sweep.py", "--out", out, "--results-dir", out / "results", "--jobs", 2, "--total-timesteps", 600,
+                    "--seeds", 1, 2, "--runs", *GOOD,
+                    "dqn_atari.py --envs-count 3",  # not a flag of dqn_atari.py: this one fails
+                    timeout=600)
     return out, proc
 
 
-def test_sweep_goes_on_past_a_failed_run_and_sums_up(sweep):
+def test_sweep_runs_two_at_once_goes_on_past_a_failed_run_and_sums_up(sweep):
     out, proc = sweep
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "[6/6]" in proc.stdout and proc.stdout.count("FAILED (exit 2)") == 2 * 2  # progress line and summary
-    assert "4 of 6 runs ended well" in proc.stdout
-    assert len(os.listdir(os.path.join(out, "runs"))) == 4
+    assert "4 of 6 runs ended well, 0 skipped, 2 failed" in proc.stdout
+    assert proc.stdout.count("log: ") == 2 * 6  # when it starts and when it ends
+    runs = sorted(os.listdir(out / "runs"))
+    assert len(runs) == 4 and sorted(os.listdir(out / "results")) == sorted(run + ".csv" for run in runs)
+    # each run reported as it ends: status, wall time, command, log, its CSV
+    assert re.search(r"\[5/6\] FAILED \(exit 2\) after \d+\.\d min: python dqn_atari.py --envs-count 3 "
+                     r"--env-id BreakoutNoFrameskip-v4 --total-timesteps 600 --seed 1\n    log: \S+05_dqn_atari_seed1.log "
+                     r"\| results: - \| dqn_atari.py: error: unrecognized arguments: --envs-count 3", proc.stdout)
+    assert re.search(r"\[1/6\] ok after \d+\.\d min: python dqn_atari.py .*\n    log: .* \| results: \S+.csv \|", proc.stdout)
+    # two at once: the second run started before the first one ended
+    assert proc.stdout.index("[2/6] python") < proc.stdout.index("[1/6] ok")
+
+
+def test_sweep_gives_each_child_one_thread_when_running_several(monkeypatch, tmp_path, capsys):
+    # The children here print their environment instead of training: only what sweep.py passes them is tested.
+    children = []
+    real_popen = subprocess.Popen
+
+    def popen(command, **kwargs):
+        children.append(kwargs["env"])
+        probe = "import os; print(os.environ.get('OMP_NUM_THREADS'), os.environ.get('MKL_NUM_THREADS'))"
+        return real_popen([sys.executable, "-c", probe], **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    for jobs, threads in ((2, "1 1"), (1, None)):
+        out = tmp_path / f"jobs{jobs}"
+        code = sweep_tool.main(["--out", str(out), "--results-dir", str(out / "results"), "--jobs", str(jobs),
+                                "--seeds", "1", "2", "--runs", "dqn_atari.py"])
+        assert code == 0
+        logs = [open(out / "logs" / name).read().strip() for name in sorted(os.listdir(out / "logs"))]
+        if threads:
+            assert logs == [threads] * 2 and all(env["OMP_NUM_THREADS"] == "1" for env in children[-2:])
+        else:  # --jobs 1 keeps torch's own thread count, as before --jobs existed
+            assert children[-2:] == [None, None]
+    assert "2 of 2 runs ended well" in capsys.readouterr().out
+
+
+def test_sweep_refuses_no_jobs(in_tmp, capsys):
+    assert_refused(sweep_tool.main, ["--jobs", "0", "--runs", "dqn_atari.py"], "--jobs", capsys)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        sweep_tool.main(["--jobs", "-2", "--runs", "dqn_atari.py"])
+    assert "1 or more" in capsys.readouterr().err
+
+
+def test_sweep_skips_runs_already_in_the_results_folder(sweep):
+    out, _ = sweep
+    before = {name: (out / "results" / name).read_text() for name in os.listdir(out / "results")}
+    proc = run_tool("sweep.py", "--out", out, "--results-dir", out / "results", "--total-timesteps", 600,
+                    "--seeds", 2, 1, "--runs", GOOD[0])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("skipped, already in") == 2 and "0 of 2 runs ended well, 2 skipped" in proc.stdout
+    assert len(os.listdir(out / "runs")) == 4
+    assert {name: (out / "results" / name).read_text() for name in os.listdir(out / "results")} == before
+
+
+def test_results_csv_holds_the_runs_games_and_gives_the_same_table(sweep, tmp_path):
+    out, _ = sweep
+    for name in os.listdir(out / "runs"):
+        lines = (out / "results" / f"{name}.csv").read_text().splitlines()
+        seed = name.split("__")[2]
+        assert lines[0].startswith("# command: python dqn_atari") and lines[0].endswith(
+            f"--env-id BreakoutNoFrameskip-v4 --total-timesteps 600 --seed {seed}")
+        assert f"# seed: {seed}" in lines and "# env_id: BreakoutNoFrameskip-v4" in lines
+        csv, events = compare.read_csv(out / "results" / f"{name}.csv"), read_scalars(str(out / "runs" / name))
+        steps, returns = events["charts/episodic_return"]
+        assert csv["curve"][0] == list(steps) and csv["curve"][2] == list(returns) and len(returns) >= 1
+        assert np.all(np.diff(csv["curve"][1]) >= 0) and csv["steps"] == 600
+        assert {k: v for k, v in csv.items() if k != "command"} == {
+            k: v for k, v in compare.read_run(out / "runs" / name).items() if k != "command"}
+    # the same table from the CSVs as from the run directories, by the command line
+    by_dirs, by_csvs, both = (run_tool("compare.py", *paths, "--reach", 1, "--last", 2)
+                              for paths in ([out / "runs"], [out / "results"], [out / "runs", out / "results"]))
+    assert by_dirs.returncode == 0 and "| dqn_atari |" in by_dirs.stdout, by_dirs.stderr
+    assert by_csvs.stdout == by_dirs.stdout and both.stdout == by_dirs.stdout  # a run found twice counts once
+    # --export writes the same CSVs from the run directories, and overwrites none
+    exported = run_tool("compare.py", "--export", tmp_path, out / "runs")
+    assert exported.returncode == 0 and exported.stdout.count("written from") == 4
+    assert run_tool("compare.py", tmp_path, "--reach", 1, "--last", 2).stdout == by_dirs.stdout
+    (tmp_path / os.listdir(tmp_path)[0]).write_text("kept")
+    again = run_tool("compare.py", "--export", tmp_path, out / "runs")
+    assert again.stdout.count("exists already, left as is") == 4 and "kept" in [
+        (tmp_path / name).read_text() for name in os.listdir(tmp_path)]
+    with pytest.raises(FileExistsError):
+        compare.write_csv(out / "runs" / name, out / "results" / f"{name}.csv", "python dqn_atari.py")
 
 
 def test_compare_prints_the_table_from_real_events(sweep):
     out, _ = sweep
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "compare.py"), os.path.join(out, "runs")],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_tool("compare.py", out / "runs")
     assert proc.returncode == 0, proc.stderr
     rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| dqn")]
     assert len(rows) == 2  # two settings, each pooling two seeds
     by_name = {row[0].strip(): [cell.strip() for cell in row] for row in rows}
     reference, vectorized = by_name["dqn_atari"], by_name["dqn_atari_vec"]
-    assert reference[2] == "600" and reference[4] == "1" and reference[5] == "4" and reference[9] == "2"
+    assert reference[2] == "600" and reference[3] == "2" and reference[4] == "1" and reference[5] == "4"
     assert reference[6] == str((600 - 300) // 4) and vectorized[6] == str((600 - 300) // 2)
     assert vectorized[4] == "2" and vectorized[5] == "2"
     # the last episodic return: mean ± std over the seeds of each run's mean of its last games
     run_means = []
-    for run in sorted(os.listdir(os.path.join(out, "runs"))):
+    for run in sorted(os.listdir(out / "runs")):
         if "__dqn_atari__" in run:
-            returns = read_scalars(os.path.join(out, "runs", run))["charts/episodic_return"][1]
+            returns = read_scalars(str(out / "runs" / run))["charts/episodic_return"][1]
             run_means.append(returns[-100:].mean())
-    assert reference[3] == f"{np.mean(run_means):.1f} ± {np.std(run_means):.1f}"
+    assert reference[7] == f"{np.mean(run_means):.1f} ± {np.std(run_means):.1f}"
+
+
+def hand_made(folder, name, games, **flags):
+    """A results CSV as docs/results/README.md describes it; games: (step, return, seconds)."""
+    params = {"exp_name": "dqn_atari", "seed": "1", "env_id": "PongNoFrameskip-v4", "learning_starts": "80000",
+              "learn_steps_period": "4", **{k: str(v) for k, v in flags.items()}}
+    rows = "".join(f"{step},{value},{seconds}\n" for step, value, seconds in games)
+    (folder / f"{name}.csv").write_text(
+        f"# command: python {params['exp_name']}.py --seed {params['seed']}\n# script: {params['exp_name']}.py\n"
+        f"# env_id: {params['env_id']}\n# seed: {params['seed']}\n# steps: 4000\n# seconds: 600.0\n# updates: 500\n"
+        f"# hyperparameters: {json.dumps(params)}\nstep,return,seconds\n{rows}")
+
+
+def test_compare_reach_gives_minutes_over_the_seeds_that_got_there(tmp_path):
+    # --last 2: the mean of two games in a row must reach 10; one game alone does not count
+    hand_made(tmp_path, "a1", [(1000, 0, 60), (2000, 10, 120), (3000, 10, 180), (4000, 0, 240)], seed=1)  # 3.0 min
+    hand_made(tmp_path, "a2", [(1000, 10, 30), (2000, 10, 120)], seed=2)  # 2.0 min
+    hand_made(tmp_path, "a3", [(1000, 30, 30), (2000, -30, 60), (3000, 9, 90)], seed=3)  # not reached
+    hand_made(tmp_path, "b1", [(1000, 30, 30)], learning_starts=20000)  # not reached: fewer than 2 games
+    hand_made(tmp_path, "c1", [(1000, 11, 30), (2000, 9, 240)], exp_name="ppo_atari", envs_count=8)  # 4.0 min
+    proc = run_tool("compare.py", tmp_path, "--reach", 10, "--last", 2)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split("|")[1:-1][-1].strip() == "minutes to 10"
+    cells = {row[0]: row for row in ([cell.strip() for cell in line.split("|")[1:-1]] for line in lines[2:])}
+    assert sorted(cells) == ["dqn_atari --learning-starts 20000", "dqn_atari --learning-starts 80000", "ppo_atari"]
+    assert cells["dqn_atari --learning-starts 80000"][-1] == "2/3 reached: 2.5"
+    assert cells["dqn_atari --learning-starts 80000"][3] == "3"  # seeds
+    assert cells["dqn_atari --learning-starts 20000"][-1] == "not reached"
+    assert cells["ppo_atari"][-1] == "4.0" and cells["ppo_atari"][4] == "8"
+    assert cells["ppo_atari"][7] == "10.0" and cells["ppo_atari"][8] == f"{4000 / 600:,.0f}"
+    assert "minutes to" not in run_tool("compare.py", tmp_path).stdout
 
 
 def test_compare_draws_both_curves(sweep, tmp_path):
     pytest.importorskip("matplotlib")
     out, _ = sweep
     png = tmp_path / "curves.png"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "compare.py"), os.path.join(out, "runs"),
-                           "--plot", str(png)], capture_output=True, text=True, timeout=120)
+    proc = run_tool("compare.py", out / "results", "--plot", png, "--reach", 1)
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
-def test_compare_refuses_a_folder_without_runs(tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "compare.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+def test_compare_refuses_a_folder_without_runs_and_a_foreign_csv(tmp_path):
+    proc = run_tool("compare.py", tmp_path)
     assert proc.returncode == 2 and "no run directories" in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "prices.csv").write_text("day,price\n1,2.5\n")
+    proc = run_tool("compare.py", tmp_path)
+    assert proc.returncode == 2 and "is not a results CSV" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_tool("compare.py", tmp_path, "--last", 0)
+    assert proc.returncode == 2 and "argument --last" in proc.stderr
