@@ -1,0 +1,133 @@
+"""The standard Atari setup, as all five scripts build it on real Breakout: after a lost life the
+game is relaunched for the agent (whatever it does), and every episode, a game's or a life's,
+starts with a stack of four copies of its first frame."""
+import signal
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch.distributions import Categorical
+
+import a2c_batched
+import dqn_atari
+import dqn_atari_mp
+import dqn_atari_vec
+import ppo_atari
+from conftest import read_scalars
+
+SCRIPTS = [dqn_atari, dqn_atari_vec, dqn_atari_mp, a2c_batched, ppo_atari]
+# A Breakout game in which the agent never moves and never presses FIRE: five lives of about 25
+# steps each once the ball is relaunched for it; without the relaunch the game would stand still
+# until the time limit (27,000 steps).
+NOOP_GAME_STEPS = 200
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
+def test_push_frames_by_hand(script):
+    obs = np.arange(2 * 4).reshape(2, 4, 1, 1).astype(np.uint8)  # env 0: frames 0-3, env 1: frames 4-7
+    frames = np.array([10, 20], dtype=np.uint8).reshape(2, 1, 1, 1)
+    stacks = script.push_frames(obs, frames, np.array([False, True]))
+    assert stacks[0].ravel().tolist() == [1, 2, 3, 10]  # the oldest frame drops out
+    assert stacks[1].ravel().tolist() == [20, 20, 20, 20]  # a new episode: four copies of its first frame
+    assert obs.ravel().tolist() == list(range(8)), "the old stacks are left as they were"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
+def test_only_breakout_and_other_fire_games_get_fire(script):
+    for game, expected in [("breakout", 1), ("pong", 1), ("freeway", 0)]:  # Freeway has no FIRE
+        envs = script.make_env(game, 1, 0)
+        action_set = envs.ale.get_action_set()
+        assert script.relaunch_action(envs) == expected and (expected == 0 or action_set[expected].name == "FIRE")
+        envs.close()
+
+
+def spy_on_stacks(script, monkeypatch):
+    """Record every push_frames call of the script's loop: (starts, the stacks it made, the new frames)."""
+    calls, push = [], script.push_frames
+
+    def spy(obs, frames, starts):
+        stacks = push(obs, frames, starts)
+        calls.append((starts.copy(), stacks.copy(), frames.copy()))
+        return stacks
+
+    monkeypatch.setattr(script, "push_frames", spy)
+    return calls
+
+
+def check_noop_games(calls, lengths):
+    """A never-moving agent still plays whole games, each life relaunched; each episode's first
+    stack is four copies of its first frame, and only then."""
+    assert len(lengths) >= 3 and (lengths <= NOOP_GAME_STEPS).all(), lengths
+    starts = np.stack([c[0] for c in calls])
+    stacks = np.stack([c[1] for c in calls])
+    frames = np.stack([c[2] for c in calls])
+    assert starts.sum() >= 5 * len(lengths) - len(starts[0]), "a start for every life of every game"
+    np.testing.assert_array_equal(stacks[starts], np.repeat(frames[starts], 4, axis=1))
+    # elsewhere a stack is the previous one shifted by a frame: no episode reaches into another
+    later = starts[1:]
+    np.testing.assert_array_equal(stacks[1:][~later][:, :-1], stacks[:-1][~later][:, 1:])
+
+
+@pytest.mark.parametrize("script, extra", [(dqn_atari, []), (dqn_atari_vec, ["--envs-count", "2"])],
+                         ids=["dqn_atari", "dqn_atari_vec"])
+def test_dqn_loop_relaunches_every_life_and_starts_fresh_stacks(script, extra, in_tmp, monkeypatch):
+    monkeypatch.setattr(script, "epsilon_greedy", lambda net, obs, *args: np.zeros(len(obs), dtype=np.int64))
+    calls = spy_on_stacks(script, monkeypatch)
+    run_dir = script.main(["--total-timesteps", "1400", "--learning-starts", "1400", "--buffer-size", "2000"] + extra)
+    check_noop_games(calls, read_scalars(run_dir)["charts/episodic_length"][1])
+
+
+class NoopCategorical(Categorical):
+    def sample(self, sample_shape=torch.Size()):
+        return torch.zeros(self.logits.shape[:-1], dtype=torch.long)
+
+
+@pytest.mark.parametrize("script", [a2c_batched, ppo_atari], ids=lambda m: m.__name__)
+def test_policy_gradient_loop_relaunches_every_life_and_starts_fresh_stacks(script, in_tmp, monkeypatch, one_torch_thread):
+    monkeypatch.setattr(script, "Categorical", NoopCategorical)
+    calls = spy_on_stacks(script, monkeypatch)
+    run_dir = script.main(["--total-timesteps", "1280", "--envs-count", "2", "--rollout-length", "64"])
+    check_noop_games(calls, read_scalars(run_dir)["charts/episodic_length"][1])
+
+
+def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, one_torch_thread):
+    """The worker runs here, in this process, so that its agent can be made to stand still."""
+    monkeypatch.setattr(dqn_atari_mp, "epsilon_greedy", lambda net, obs, *args: np.zeros(len(obs), dtype=np.int64))
+    calls = spy_on_stacks(dqn_atari_mp, monkeypatch)
+    stop, messages = threading.Event(), []
+
+    class Transitions:  # what the learner's queue does for the worker, keeping 700 steps
+        def cancel_join_thread(self):
+            pass
+
+        def put(self, message, timeout=None):
+            messages.append(message)
+            if len(messages) * dqn_atari_mp.QUEUE_BATCH >= 700:
+                stop.set()
+
+    args = dqn_atari_mp.parse_args(["--buffer-size", "1000"])
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        dqn_atari_mp.worker(0, args, None, Transitions(), SimpleNamespace(value=0), stop)
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    ends = np.concatenate([m[7] for m in messages])
+    lengths = np.diff(np.flatnonzero(ends))  # steps between game ends, the relaunch steps included
+    check_noop_games(calls[:len(ends)], lengths)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
+def test_evaluation_relaunches_every_life(script, one_torch_thread):
+    """The evaluation games of a never-moving agent end as training's do, and start with fresh stacks."""
+    seen = []
+
+    def noop_policy(obs):
+        seen.append(obs.clone())
+        scores = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).expand(len(obs), 4)
+        return scores if script in (dqn_atari, dqn_atari_vec, dqn_atari_mp) else (scores * 1e4, torch.zeros(len(obs)))
+
+    returns = script.evaluate(noop_policy, "BreakoutNoFrameskip-v4", 5, 2, 0.0, "cpu")
+    assert len(returns) == 2 and len(seen) <= 2 * NOOP_GAME_STEPS, len(seen)
+    assert (seen[0] == seen[0][:, -1:]).all(), "the first stack is four copies of the game's first frame"
