@@ -26,6 +26,7 @@ import collections
 import os
 import random
 import re
+import signal
 import sys
 import time
 
@@ -101,7 +102,12 @@ def parse_args(argv=None):
     p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
                    help="save the Q-network into the run directory, then evaluate it")
     p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
-                   help="with --save-model, record the evaluation games as mp4 under videos/ (needs imageio, imageio-ffmpeg)")
+                   help="with --save-model or --eval-model, record the evaluation games as mp4 under videos/ "
+                        "(needs imageio, imageio-ffmpeg)")
+    p.add_argument("--save-every", type=positive_int, default=100_000,
+                   help="with --save-model, also save the model every this many environment steps, over the last save")
+    p.add_argument("--eval-model", metavar="PATH",
+                   help="no training: play --eval-episodes games with a model this script saved, log their scores")
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
     p.add_argument("--eval-epsilon", type=probability, default=0.05, help="epsilon of the evaluation games")
     # Algorithm
@@ -132,7 +138,7 @@ def parse_args(argv=None):
     if args.buffer_size < args.batch_size + STACK:
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
-    if needed > free:
+    if needed > free and args.eval_model is None:  # watching a saved model needs no replay
         p.error(f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
                 f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}")
     if args.capture_video:
@@ -141,6 +147,8 @@ def parse_args(argv=None):
             import imageio_ffmpeg  # noqa: F401
         except ImportError:
             p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
+    if args.eval_model is not None and (error := model_error(args.eval_model, args.env_id)):
+        p.error(f"argument --eval-model: {error}")
     return args
 
 
@@ -314,10 +322,73 @@ def new_run_dir(run_name):
     return run_dir
 
 
+# ---------------------------------------------------------------- long runs: stop, save, watch (plumbing)
+SCRIPT = os.path.basename(__file__)  # saved with the model: only this script's network loads it
+stop_signals = []  # Ctrl-C (SIGINT) or kill (SIGTERM) once run as a script: the main loop ends at its top
+
+
+def on_stop_signal(signum, frame):
+    stop_signals.append(signum)  # no exception: nothing is cut in half, and a second one while saving waits
+
+
+def time_left(steps_left, steps_per_second):
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
+    minutes = int(max(steps_left, 0) / steps_per_second) // 60
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def save_model(network, path, env_id, actions_count):
+    """Save into a temporary file, then rename it over path: a run killed at any moment, even by
+    SIGKILL, leaves the last complete model at path, never a half-written one."""
+    # tensors, strings and plain ints only (not numpy's): what torch.load(weights_only=True) reads
+    model = {"script": SCRIPT, "env_id": env_id, "actions_count": int(actions_count), "state_dict": network.state_dict()}
+    torch.save(model, path + ".tmp")  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
+    os.replace(path + ".tmp", path)  # atomic: path holds the old model or the new one, nothing in between
+
+
+def model_error(path, env_id):
+    """Why this script cannot play env_id with the model saved at path; None when it can. The model
+    is a dict of tensors, strings and ints: weights_only loads it without running code from the file."""
+    try:
+        model = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror}"
+    except Exception:  # not a file torch.save wrote, or one holding more than tensors, strings and numbers
+        model = None
+    if not isinstance(model, dict) or "script" not in model:
+        return f"{path} is not a model saved by {SCRIPT} --save-model"
+    if model["script"] != SCRIPT:
+        return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
+    envs = make_env(env_id, 1, 0)
+    actions_count = envs.single_action_space.n
+    envs.close()
+    if model["actions_count"] != actions_count:
+        return (f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
+                f"add --env-id {model['env_id']}")
+    return None
+
+
+def evaluate_and_log(network, args, run_dir, writer, device):
+    """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores."""
+    writer.flush()
+    if signal.getsignal(signal.SIGINT) is on_stop_signal:  # only games are left, nothing to save:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or kill ends them at once, as by default
+            signal.signal(signum, signal.SIG_DFL)
+    video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
+    if video_dir:
+        os.makedirs(video_dir)
+    returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
+    for i, episodic_return in enumerate(returns):
+        writer.add_scalar("eval/episodic_return", episodic_return, i)
+    print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
+          f"(scores {', '.join(f'{r:g}' for r in returns)})", flush=True)
+
+
 # ---------------------------------------------------------------- main loop
 def main(argv=None):
     args = parse_args(argv)
-    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
+    run_name = f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}"
     run_dir = new_run_dir(run_name)
     writer = SummaryWriter(run_dir)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
@@ -328,6 +399,14 @@ def main(argv=None):
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(args.seed)  # exploration and replay sampling
+    if args.eval_model is not None:  # watch a saved agent play: no training
+        model = torch.load(args.eval_model, map_location=device, weights_only=True)
+        q_network = QNetwork(model["actions_count"]).to(device)
+        q_network.load_state_dict(model["state_dict"])
+        print(f"{run_dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
+        evaluate_and_log(q_network, args, run_dir, writer, device)
+        writer.close()
+        return run_dir
 
     envs = make_env(args.env_id, 1, args.seed)
     if not isinstance(envs.single_action_space, Discrete):
@@ -354,9 +433,11 @@ def main(argv=None):
     recent_returns = collections.deque(maxlen=100)
     global_step, updates = 0, 0
     start_time = last_print = time.time()
+    recent_prints = collections.deque([(start_time, 0)], maxlen=13)  # (time, step) of about the last minute's prints
+    model_path, saved_step = os.path.join(run_dir, f"{args.exp_name}.pt"), 0
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
-    while global_step < args.total_timesteps:
+    while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
         # ALGO LOGIC: epsilon-greedy action for the current observation
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         actions = epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device)
@@ -414,25 +495,37 @@ def main(argv=None):
             writer.add_scalar("charts/epsilon", epsilon, global_step)
             writer.add_scalar("charts/updates", updates, global_step)
             mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-            left = max(0, args.total_timesteps - global_step) / sps
-            print(f"step {global_step:,}/{args.total_timesteps:,} | {sps:,.0f} steps/s | {left / 3600:.0f}h{left % 3600 / 60:02.0f}m left"
+            # Time left at the rate of about the last minute: the run's average would count a fast start
+            # (DQN's warm-up, without gradient updates, is 10-20 times faster than its learning)
+            recent_prints.append((last_print, global_step))
+            rate = (global_step - recent_prints[0][1]) / (last_print - recent_prints[0][0])
+            print(f"step {global_step:,}/{args.total_timesteps:,} | {rate:,.0f} steps/s | "
+                  f"{time_left(args.total_timesteps - global_step, rate)} left"
                   f" | updates {updates:,} | mean return (last {len(recent_returns)} games) {mean_return}", flush=True)
+        # A checkpoint each time the run passes a multiple of --save-every steps
+        if args.save_model and global_step // args.save_every > saved_step // args.save_every:
+            save_model(q_network, model_path, args.env_id, actions_count)
+            saved_step = global_step
+        if updates and recent_prints[0][1] <= args.learning_starts:
+            # Learning has started, 10-20 times slower than the warm-up: the recent rate starts again here
+            last_print = time.time()
+            recent_prints = collections.deque([(last_print, global_step)], maxlen=13)
     envs.close()
 
+    if stop_signals:  # Ctrl-C or kill: save, flush and end here; the evaluation games are skipped
+        print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {global_step:,}", flush=True)
     if args.save_model:
-        model_path = os.path.join(run_dir, f"{args.exp_name}.pt")
-        torch.save(q_network.state_dict(), model_path)
-        print(f"model saved to {model_path}", flush=True)
-        video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
-        if video_dir:
-            os.makedirs(video_dir)
-        returns = evaluate(q_network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
-        for i, episodic_return in enumerate(returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, i)
-        print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f}", flush=True)
+        save_model(q_network, model_path, args.env_id, actions_count)
+        print(f"model saved to {model_path} (watch it: python {SCRIPT} --eval-model {model_path})", flush=True)
+    if args.save_model and not stop_signals:
+        evaluate_and_log(q_network, args, run_dir, writer, device)
     writer.close()
+    if stop_signals:
+        sys.exit(128 + stop_signals[0])  # 130 after Ctrl-C, 143 after kill: what a shell reports for them
     return run_dir
 
 
 if __name__ == "__main__":
+    for signum in (signal.SIGINT, signal.SIGTERM):  # run as a script: Ctrl-C or kill ends the run cleanly
+        signal.signal(signum, on_stop_signal)
     main()

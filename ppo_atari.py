@@ -35,6 +35,7 @@ import collections
 import os
 import random
 import re
+import signal
 import sys
 import time
 import warnings
@@ -99,6 +100,10 @@ def parse_args(argv=None):
                    help="save the network into the run directory, then evaluate it")
     p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
                    help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)")
+    p.add_argument("--save-every", type=positive_int, default=100_000,
+                   help="with --save-model, also save the model every this many environment steps, over the last save")
+    p.add_argument("--eval-model", metavar="PATH",
+                   help="no training: play --eval-episodes games with a model this script saved, log their scores")
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
     p.add_argument("--eval-epsilon", type=probability, default=0.05,
                    help="chance of a random action instead of the policy's sample in the evaluation games")
@@ -147,6 +152,8 @@ def parse_args(argv=None):
     if args.num_minibatches > args.envs_count * (args.rollout_length // 2):
         p.error(f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 2) = "
                 f"{args.envs_count * (args.rollout_length // 2)}")
+    if args.eval_model is not None and (error := model_error(args.eval_model, args.env_id)):
+        p.error(f"argument --eval-model: {error}")
     return args
 
 
@@ -278,10 +285,73 @@ def new_run_dir(run_name):
     return run_dir
 
 
+# ---------------------------------------------------------------- long runs: stop, save, watch (plumbing)
+SCRIPT = os.path.basename(__file__)  # saved with the model: only this script's network loads it
+stop_signals = []  # Ctrl-C (SIGINT) or kill (SIGTERM) once run as a script: the main loop ends at its top
+
+
+def on_stop_signal(signum, frame):
+    stop_signals.append(signum)  # no exception: nothing is cut in half, and a second one while saving waits
+
+
+def time_left(steps_left, steps_per_second):
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
+    minutes = int(max(steps_left, 0) / steps_per_second) // 60
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def save_model(network, path, env_id, actions_count):
+    """Save into a temporary file, then rename it over path: a run killed at any moment, even by
+    SIGKILL, leaves the last complete model at path, never a half-written one."""
+    # tensors, strings and plain ints only (not numpy's): what torch.load(weights_only=True) reads
+    model = {"script": SCRIPT, "env_id": env_id, "actions_count": int(actions_count), "state_dict": network.state_dict()}
+    torch.save(model, path + ".tmp")  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
+    os.replace(path + ".tmp", path)  # atomic: path holds the old model or the new one, nothing in between
+
+
+def model_error(path, env_id):
+    """Why this script cannot play env_id with the model saved at path; None when it can. The model
+    is a dict of tensors, strings and ints: weights_only loads it without running code from the file."""
+    try:
+        model = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror}"
+    except Exception:  # not a file torch.save wrote, or one holding more than tensors, strings and numbers
+        model = None
+    if not isinstance(model, dict) or "script" not in model:
+        return f"{path} is not a model saved by {SCRIPT} --save-model"
+    if model["script"] != SCRIPT:
+        return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
+    envs = make_env(env_id, 1, 0)
+    actions_count = envs.single_action_space.n
+    envs.close()
+    if model["actions_count"] != actions_count:
+        return (f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
+                f"add --env-id {model['env_id']}")
+    return None
+
+
+def evaluate_and_log(network, args, run_dir, writer, device):
+    """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores."""
+    writer.flush()
+    if signal.getsignal(signal.SIGINT) is on_stop_signal:  # only games are left, nothing to save:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or kill ends them at once, as by default
+            signal.signal(signum, signal.SIG_DFL)
+    video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
+    if video_dir:
+        os.makedirs(video_dir)
+    returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
+    for i, episodic_return in enumerate(returns):
+        writer.add_scalar("eval/episodic_return", episodic_return, i)
+    print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
+          f"(scores {', '.join(f'{r:g}' for r in returns)})", flush=True)
+
+
 # ---------------------------------------------------------------- main loop
 def main(argv=None):
     args = parse_args(argv)
-    run_name = f"{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
+    run_name = f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}"
     run_dir = new_run_dir(run_name)
     writer = SummaryWriter(run_dir)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
@@ -291,6 +361,14 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    if args.eval_model is not None:  # watch a saved agent play: no training
+        model = torch.load(args.eval_model, map_location=device, weights_only=True)
+        agent = Agent(model["actions_count"]).to(device)
+        agent.load_state_dict(model["state_dict"])
+        print(f"{run_dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
+        evaluate_and_log(agent, args, run_dir, writer, device)
+        writer.close()
+        return run_dir
 
     envs = make_env(args.env_id, args.envs_count, args.seed)
     if not isinstance(envs.single_action_space, Discrete):
@@ -322,9 +400,11 @@ def main(argv=None):
     step = 0  # rows of the rollout filled
     global_step, updates = 0, 0
     start_time = last_print = time.time()
+    recent_prints = collections.deque([(start_time, 0)], maxlen=13)  # (time, step) of about the last minute's prints
+    model_path, saved_step = os.path.join(run_dir, f"{args.exp_name}.pt"), 0
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
-    while global_step < args.total_timesteps:
+    while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
         # ALGO LOGIC: the actor samples one action per environment; log pi(a|s) and V(s) are kept
         obs_t = torch.from_numpy(obs).to(device)
         with torch.no_grad():
@@ -428,25 +508,33 @@ def main(argv=None):
             sps = global_step / (last_print - start_time)
             writer.add_scalar("charts/SPS", sps, global_step)
             mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-            left = max(args.total_timesteps - global_step, 0) / sps
-            print(f"step {global_step:,}/{args.total_timesteps:,} | {sps:,.0f} steps/s | {left // 3600:.0f}h{left % 3600 // 60:02.0f}m left"
+            # Time left at the rate of about the last minute: the run's average would count a fast start
+            # (DQN's warm-up, without gradient updates, is 10-20 times faster than its learning)
+            recent_prints.append((last_print, global_step))
+            rate = (global_step - recent_prints[0][1]) / (last_print - recent_prints[0][0])
+            print(f"step {global_step:,}/{args.total_timesteps:,} | {rate:,.0f} steps/s | "
+                  f"{time_left(args.total_timesteps - global_step, rate)} left"
                   f" | updates {updates:,} | mean return (last {len(recent_returns)} games) {mean_return}", flush=True)
+        # A checkpoint each time the run passes a multiple of --save-every steps
+        if args.save_model and global_step // args.save_every > saved_step // args.save_every:
+            save_model(agent, model_path, args.env_id, actions_count)
+            saved_step = global_step
     envs.close()
 
+    if stop_signals:  # Ctrl-C or kill: save, flush and end here; the evaluation games are skipped
+        print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {global_step:,}", flush=True)
     if args.save_model:
-        model_path = os.path.join(run_dir, f"{args.exp_name}.pt")
-        torch.save(agent.state_dict(), model_path)
-        print(f"model saved to {model_path}", flush=True)
-        video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
-        if video_dir:
-            os.makedirs(video_dir)
-        returns = evaluate(agent, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
-        for i, episodic_return in enumerate(returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, i)
-        print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f}", flush=True)
+        save_model(agent, model_path, args.env_id, actions_count)
+        print(f"model saved to {model_path} (watch it: python {SCRIPT} --eval-model {model_path})", flush=True)
+    if args.save_model and not stop_signals:
+        evaluate_and_log(agent, args, run_dir, writer, device)
     writer.close()
+    if stop_signals:
+        sys.exit(128 + stop_signals[0])  # 130 after Ctrl-C, 143 after kill: what a shell reports for them
     return run_dir
 
 
 if __name__ == "__main__":
+    for signum in (signal.SIGINT, signal.SIGTERM):  # run as a script: Ctrl-C or kill ends the run cleanly
+        signal.signal(signum, on_stop_signal)
     main()

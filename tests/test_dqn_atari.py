@@ -56,7 +56,7 @@ def test_short_run_logs_what_a_user_reads(short_run):
 def test_saved_model_loads_into_the_network(short_run):
     _, run_dir = short_run
     q_network = dqn_atari.QNetwork(4)
-    q_network.load_state_dict(torch.load(os.path.join(run_dir, "dqn_atari.pt")))
+    q_network.load_state_dict(torch.load(os.path.join(run_dir, "dqn_atari.pt"), weights_only=True)["state_dict"])
     assert q_network(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 4)
 
 

@@ -24,8 +24,8 @@ def test_one_env_logs_exactly_what_dqn_atari_logs(tmp_path):
         np.testing.assert_array_equal(a[tag][1], b[tag][1])
     assert a["charts/updates"][1][-1] == b["charts/updates"][1][-1] == (1400 - 600) // 4
     # the strongest check: after 200 updates the two networks are the same, weight for weight
-    weights_a = torch.load(os.path.join(reference, "dqn_atari.pt"))
-    weights_b = torch.load(os.path.join(vectorized, "dqn_atari_vec.pt"))
+    weights_a = torch.load(os.path.join(reference, "dqn_atari.pt"))["state_dict"]
+    weights_b = torch.load(os.path.join(vectorized, "dqn_atari_vec.pt"))["state_dict"]
     for name in weights_a:
         torch.testing.assert_close(weights_a[name], weights_b[name], rtol=0, atol=0)
 

@@ -1,0 +1,267 @@
+"""Long runs, in all five scripts: Ctrl-C and kill stop a run cleanly and save it, checkpoints survive
+SIGKILL, a saved agent can be watched again (--eval-model), and the time left follows the recent rate.
+
+Real processes on real Breakout, started together where they can be (most of their time is spent
+waiting for a progress line), with small sizes and a budget they never reach: they are stopped.
+
+    python -m pytest tests/test_long_runs.py -q --durations=0
+"""
+import glob
+import importlib
+import inspect
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+
+import pytest
+import torch
+
+import catch
+import dqn_atari
+from conftest import ROOT, read_scalars, read_text, run_bad
+
+SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py"]
+DQN_SMALL = ["--learning-starts", "1000", "--buffer-size", "5000", "--batch-size", "8"]
+SMALL = {  # small sizes; the budget is never reached
+    "dqn_atari.py": DQN_SMALL,
+    "dqn_atari_vec.py": DQN_SMALL + ["--envs-count", "2"],
+    "dqn_atari_mp.py": DQN_SMALL + ["--workers-count", "2"],
+    "a2c_batched.py": ["--envs-count", "2", "--rollout-length", "5"],
+    "ppo_atari.py": ["--envs-count", "2", "--rollout-length", "32", "--num-minibatches", "2", "--update-epochs", "1"],
+}
+NETWORK = {"dqn_atari.py": "QNetwork", "dqn_atari_vec.py": "QNetwork", "dqn_atari_mp.py": "QNetwork",
+           "a2c_batched.py": "Agent", "ppo_atari.py": "Agent"}
+
+
+def module(script):
+    return importlib.import_module(script[: -len(".py")])
+
+
+class Run:
+    """A script started as a user starts it; a thread collects its output lines (stderr included)."""
+
+    def __init__(self, script, args, cwd):
+        self.script, self.cwd = script, cwd
+        self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    def wait_for(self, text, timeout=180):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if any(text in line for line in list(self.lines)):
+                return
+            assert self.proc.poll() is None, f"{self.script} ended before printing '{text}':\n{self.output()}"
+            time.sleep(0.05)
+        raise AssertionError(f"{self.script}: no '{text}' within {timeout} s:\n{self.output()}")
+
+    def finish(self, timeout=120):
+        self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return self.proc.returncode, self.output()
+
+    def output(self):
+        return "".join(self.lines)
+
+    def run_dir(self):
+        runs = glob.glob(os.path.join(self.cwd, "runs", "*"))
+        assert len(runs) == 1, runs
+        return runs[0]
+
+
+def loads_into_the_network(script, path):
+    """The saved file is a dict of tensors, strings and ints; its state_dict loads into the script's network."""
+    model = torch.load(path, weights_only=True)
+    assert model["script"] == script and model["env_id"] == "BreakoutNoFrameskip-v4" and model["actions_count"] == 4
+    network = getattr(module(script), NETWORK[script])(model["actions_count"])
+    network.load_state_dict(model["state_dict"])
+    with torch.no_grad():
+        out = network(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
+    assert (out[0] if isinstance(out, tuple) else out).shape == (2, 4)
+
+
+# ---------------------------------------------------------------- Ctrl-C and kill
+STOPS = [(script, signal.SIGINT) for script in SCRIPTS] + [("dqn_atari_vec.py", signal.SIGTERM)]
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """Every script started with --save-model, then stopped once it has printed a progress line. For
+    dqn_atari.py a second Ctrl-C follows the first as soon as the run says it stops: while it saves."""
+    runs = {}
+    for script, signum in STOPS:
+        cwd = tmp_path_factory.mktemp(f"{script[:-3]}_{signum.name}")
+        runs[script, signum] = Run(script, ["--total-timesteps", "1000000", "--save-model"] + SMALL[script], cwd)
+    for (script, signum), run in runs.items():
+        run.wait_for("step ")  # the loop has run for 5 s and logged to TensorBoard
+        run.proc.send_signal(signum)
+        if script == "dqn_atari.py":
+            run.wait_for("stopped by")
+            run.proc.send_signal(signal.SIGINT)
+    results = {}
+    for (script, signum), run in runs.items():
+        returncode, output = run.finish()
+        run_dir = run.run_dir()
+        results[script, signum] = types.SimpleNamespace(cwd=run.cwd, returncode=returncode, output=output, run_dir=run_dir,
+                                                        model_path=os.path.join(run_dir, f"{script[:-3]}.pt"))
+    return results
+
+
+@pytest.mark.parametrize("script, signum", STOPS, ids=[f"{s}-{n.name}" for s, n in STOPS])
+def test_a_stop_signal_saves_flushes_and_exits(stopped, script, signum):
+    run = stopped[script, signum]
+    assert run.returncode == 128 + signum, run.output  # 130 after Ctrl-C, 143 after kill
+    assert "Traceback" not in run.output, run.output
+    assert f"stopped by {signum.name} at step " in run.output
+    assert f"model saved to {os.path.relpath(run.model_path, run.cwd)}" in run.output
+    assert "evaluation over" not in run.output  # a stopped run skips the evaluation games
+    loads_into_the_network(script, run.model_path)
+    run_dir = run.run_dir
+    assert sorted(os.listdir(run_dir)) == sorted([f"{script[:-3]}.pt"] + glob.glob("events.out.tfevents.*", root_dir=run_dir))
+    scalars = read_scalars(run_dir)  # flushed: the progress line's scalars are there
+    assert "charts/SPS" in scalars and "eval/episodic_return" not in scalars
+    assert "|save_every|100000|" in read_text(run_dir)
+
+
+# ---------------------------------------------------------------- checkpoints
+def test_sigkill_leaves_the_last_complete_checkpoint(tmp_path):
+    # A checkpoint every 64 steps. Once one is complete, the kill comes as soon as the next one is
+    # being written: most often it lands in that write.
+    run = Run("dqn_atari.py", ["--total-timesteps", "1000000", "--save-model", "--save-every", "64"] + DQN_SMALL, tmp_path)
+    deadline = time.time() + 120
+    for name in ["dqn_atari.pt", "dqn_atari.pt.tmp"]:
+        while not glob.glob(os.path.join(tmp_path, "runs", "*", name)) and time.time() < deadline:
+            time.sleep(0.001)
+    run.proc.kill()
+    returncode, output = run.finish()
+    assert returncode == -signal.SIGKILL, output
+    run_dir = run.run_dir()
+    assert glob.glob("*.pt", root_dir=run_dir) == ["dqn_atari.pt"]  # a temporary file is never taken for a model
+    assert set(os.listdir(run_dir)) - {"dqn_atari.pt", "dqn_atari.pt.tmp"} == set(glob.glob("events.*", root_dir=run_dir))
+    loads_into_the_network("dqn_atari.py", os.path.join(run_dir, "dqn_atari.pt"))
+
+
+# ---------------------------------------------------------------- watching a saved agent
+@pytest.fixture(scope="module")
+def watched(stopped, tmp_path_factory):
+    """Each script watches its model from the stopped run, two games, all five at once. The models
+    have hardly learned, and one that holds still plays long games: nine random actions in ten keep
+    the games short (the network still picks the tenth)."""
+    runs = {}
+    for script in SCRIPTS:
+        trained = stopped[script, signal.SIGINT]
+        runs[script] = Run(script, ["--eval-model", trained.model_path, "--eval-episodes", "2", "--eval-epsilon", "0.9"],
+                           trained.cwd)
+        runs[script].model = (trained.model_path, os.path.getmtime(trained.model_path))
+    return {script: (run, *run.finish(timeout=300)) for script, run in runs.items()}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_eval_model_plays_and_logs_the_games_asked_for(watched, script):
+    run, returncode, output = watched[script]
+    assert returncode == 0, output
+    assert "Traceback" not in output
+    assert "evaluation over 2 games" in output
+    model_path, mtime = run.model
+    assert os.path.getmtime(model_path) == mtime  # the saved model is read, never written
+    runs = sorted(glob.glob(os.path.join(run.cwd, "runs", "*")), key=os.path.getmtime)
+    assert len(runs) == 2 and runs[0] == os.path.dirname(model_path)  # a new run directory for the games
+    assert "_eval__" in os.path.basename(runs[1])
+    assert os.listdir(runs[1]) == glob.glob("events.out.tfevents.*", root_dir=runs[1])  # no training, no model
+    returns = read_scalars(runs[1])["eval/episodic_return"]
+    assert returns[0].tolist() == [0, 1]
+    assert all(value >= 0 and value == int(value) for value in returns[1])
+    assert f"(scores {', '.join(f'{value:g}' for value in returns[1])})" in output
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_eval_model_refuses_what_it_cannot_play(stopped, script, in_tmp, capsys):
+    own = stopped[script, signal.SIGINT].model_path
+    other_script = SCRIPTS[SCRIPTS.index(script) - 1]
+    other = stopped[other_script, signal.SIGINT].model_path
+    with open("notes.pt", "w") as f:
+        f.write("not a model\n")
+    for argv, why in [(["--eval-model", "missing.pt"], "cannot read missing.pt: No such file or directory"),
+                      (["--eval-model", other], f"{other} was saved by {other_script}: watch it with python {other_script}"),
+                      (["--eval-model", own, "--env-id", "PongNoFrameskip-v4"],
+                       "plays BreakoutNoFrameskip-v4 with 4 actions, PongNoFrameskip-v4 has 6: add --env-id BreakoutNoFrameskip-v4"),
+                      (["--eval-model", "notes.pt"], f"notes.pt is not a model saved by {script} --save-model")]:
+        with pytest.raises(SystemExit) as exit_info:
+            module(script).main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if "error:" in line]
+        assert len(errors) == 1 and "error: argument --eval-model: " in errors[0] and why in errors[0], err
+        assert "Traceback" not in err
+        assert not os.path.exists("runs")
+
+
+def test_eval_model_refused_on_the_command_line(stopped, tmp_path):
+    dqn_model = stopped["dqn_atari.py", signal.SIGINT].model_path
+    message = run_bad("ppo_atari.py", ["--eval-model", dqn_model], tmp_path)
+    assert message == (f"ppo_atari.py: error: argument --eval-model: {dqn_model} was saved by dqn_atari.py: "
+                       f"watch it with python dqn_atari.py --eval-model {dqn_model}")
+
+
+# ---------------------------------------------------------------- time left
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_time_left_by_hand(script):
+    time_left = module(script).time_left
+    assert time_left(98 * 60 * 150, 150) == "1h38m"  # 5,880 s
+    assert time_left(5_879, 1) == "1h37m"  # 1 h 37 min 59 s: rounded down, never up
+    assert time_left(10_000_000 - 81_312, 150) == "18h22m"  # the run in the issue: 66,125 s
+    assert time_left(59, 1) == "0h00m"
+    assert time_left(0, 2_688) == "0h00m"
+    assert time_left(-32, 150) == "0h00m"  # a vector step may pass the budget
+    assert time_left(360_000 * 100, 100) == "100h00m"
+
+
+def test_the_long_run_code_is_the_same_in_every_script():
+    for name in ["on_stop_signal", "time_left", "save_model", "model_error", "evaluate_and_log"]:
+        sources = {script: inspect.getsource(getattr(module(script), name)) for script in SCRIPTS}
+        assert len(set(sources.values())) == 1, name
+
+
+def test_time_left_follows_the_rate_once_dqn_learns(in_tmp, monkeypatch, capsys):
+    """dqn_atari.py's main loop on a simulated clock, with the rates of the issue's run: a step takes
+    1/2,700 s in the warm-up, 1/150 s once learning starts. From the first progress line after
+    learning starts, the time left is within 25% of the truth (the run's average rate would say a
+    tenth of it)."""
+    learning_starts, total, stop_at = 14_000, 10_000_000, 15_700
+    clock = types.SimpleNamespace(now=1_000_000.0)
+
+    class TimedCatch(catch.CatchVectorEnv):
+        steps = 0
+
+        def recv(self):
+            self.steps += 1
+            clock.now += 1 / 150 if self.steps > learning_starts else 1 / 2_700
+            if self.steps == stop_at:
+                dqn_atari.stop_signals.append(signal.SIGINT)  # as Ctrl-C does
+            return super().recv()
+
+    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count, seed: TimedCatch(envs_count))
+    monkeypatch.setattr(dqn_atari, "time", types.SimpleNamespace(time=lambda: clock.now))
+    monkeypatch.setattr(dqn_atari, "stop_signals", [])
+    with pytest.raises(SystemExit) as exit_info:
+        dqn_atari.main(["--total-timesteps", str(total), "--learning-starts", str(learning_starts), "--buffer-size", "5000",
+                        "--batch-size", "8", "--learn-steps-period", "200", "--start-e", "1", "--end-e", "1"])
+    assert exit_info.value.code == 130
+    learning_lines = 0
+    for line in capsys.readouterr().out.splitlines():
+        if not line.startswith("step "):
+            continue
+        step = int(line.split()[1].split("/")[0].replace(",", ""))
+        hours, minutes = line.split(" | ")[2].removesuffix(" left").split("h")
+        told = int(hours) * 3600 + int(minutes.removesuffix("m")) * 60
+        if step > learning_starts:
+            learning_lines += 1
+            truth = (total - step) / 150
+            assert abs(told - truth) <= 0.25 * truth, line
+    assert learning_lines >= 2
