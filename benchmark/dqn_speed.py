@@ -79,6 +79,7 @@ def phase_rate(script, args, learning):
         events = EventAccumulator(run_dir)
         events.Reload()
         points = [e for e in events.Scalars("charts/updates") if (e.value > 0) == learning]
+    assert len(points) >= 2, f"{script}: fewer than two progress lines in the phase; give it more steps"
     first, last = points[0], points[-1]
     return (last.step - first.step) / (last.wall_time - first.wall_time)
 
@@ -101,7 +102,8 @@ def main():
     # Learning: epsilon already at 0.01, one update per 4 steps; warm-up: epsilon 1 -> 0.92.
     learn = ["--total-timesteps", "5000", "--learning-starts", "1000", "--buffer-size", "10000",
              "--exploration-fraction", "0.01", "--learn-steps-period", "4"]
-    warm = ["--total-timesteps", "25000", "--learning-starts", "25000", "--buffer-size", "30000",
+    # 60k steps: long enough for several progress lines (one per 5 s) even where the warm-up runs at 5,000 steps/s
+    warm = ["--total-timesteps", "60000", "--learning-starts", "60000", "--buffer-size", "30000",
             "--exploration-fraction", "1.0", "--end-e", "0.92"]
     bound = 4 * updates_per_s
     learning_runs, mp_learning_runs = [], []
