@@ -184,7 +184,9 @@ def push_frames(obs, frames, starts):
     """The stacks after a step: each drops its oldest frame and takes the step's new one, except where
     an episode (a game or a life) starts: there, four copies of its first frame, as in the standard
     setup. We stack frames here rather than in the emulator because it knows nothing of lives."""
-    return np.where(starts[:, None, None, None], frames, np.concatenate([obs[:, 1:], frames], axis=1))
+    stacks = np.concatenate([obs[:, 1:], frames], axis=1)
+    stacks[starts] = frames[starts]  # one frame spread over the four (np.where here is 40x slower)
+    return stacks
 
 
 # ---------------------------------------------------------------- network (algorithm)
