@@ -443,7 +443,7 @@ def main(argv=None):
         # ALGO LOGIC: epsilon-greedy action for the current observation
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         actions = epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device)
-        actions[restarts] = relaunch
+        actions[restarts] = relaunch  # not the agent's step: FIRE after a lost life (a reset ignores it)
 
         # The emulator runs in its own C++ thread: send the actions, learn while it plays, collect.
         envs.send(actions)

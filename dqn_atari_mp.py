@@ -311,7 +311,7 @@ def worker(index, args, acting_network, transitions, shared_step, stop):
         # be copying new weights in as we act: a forward pass on half-new weights is harmless here.
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value)
         actions = epsilon_greedy(acting_network, obs, epsilon, envs.single_action_space.n, rng, "cpu")
-        actions[restarts] = relaunch
+        actions[restarts] = relaunch  # not the agent's step: FIRE after a lost life (a reset ignores it)
         frames, rewards, terminations, truncations, infos = envs.step(actions)
         life_lost = infos["lives"] < lives
         batch.append((obs[0, -1], actions[0], rewards[0], (terminations | life_lost)[0], ~restarts[0], starts[0],
