@@ -181,8 +181,10 @@ def plot(runs, path, plt, reach=None):
             window = min(100, len(values))
             smooth = np.convolve(values, np.ones(window) / window, mode="valid")
             params = run["params"]
-            parallel = params.get("workers_count", params.get("envs_count", "1"))
-            shown = f"{label} ({parallel} envs, K={params.get('learn_steps_period', '-')})" if seed == 0 else None
+            parallel = (f"{params['workers_count']} workers" if "workers_count" in params
+                        else f"{params.get('envs_count', '1')} envs")
+            period = f", K={params['learn_steps_period']}" if "learn_steps_period" in params else ""
+            shown = f"{label} ({parallel}{period})" if seed == 0 else None
             by_steps.plot(steps[window - 1:], smooth, color=f"C{color}", label=shown)
             by_time.plot(times[window - 1:] / scale, smooth, color=f"C{color}")
     if reach is not None:
