@@ -182,7 +182,7 @@ def plot(runs, path, plt, reach=None):
             smooth = np.convolve(values, np.ones(window) / window, mode="valid")
             params = run["params"]
             parallel = (f"{params['workers_count']} workers" if "workers_count" in params
-                        else f"{params.get('envs_count', '1')} envs")
+                        else f"{params.get('envs_count', '1')} env" + ("" if str(params.get("envs_count", "1")) == "1" else "s"))
             period = f", K={params['learn_steps_period']}" if "learn_steps_period" in params else ""
             shown = f"{label} ({parallel}{period})" if seed == 0 else None
             by_steps.plot(steps[window - 1:], smooth, color=f"C{color}", label=shown)
