@@ -6,7 +6,8 @@
 
 Runs of any of the five scripts can be compared, from their run directories (TensorBoard events)
 or from the CSVs sweep.py and --export write; a run found both ways counts once. Runs whose
-hyperparameters differ only by --seed form one row: their return is shown as mean ± std over the
+hyperparameters differ only by --seed (or by flags that change nothing learnt: saving, watching,
+video) form one row: their return is shown as mean ± std over the
 seeds (each seed's value is the mean of its last --last games). The implementation column names
 the flags in which rows of one script differ. --reach SCORE adds the wall-clock minutes until the
 mean of the last --last games first reaches SCORE. The plot (needs matplotlib) draws the return
@@ -22,6 +23,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 # hyperparameters with a column of their own, or that differ between seeds anyway
 SHOWN = ("exp_name", "seed", "env_id", "total_timesteps", "envs_count", "workers_count", "learn_steps_period")
+# flags that change nothing a run learns (saving, watching): runs that differ only in these, or
+# that ran before such a flag existed, are one setting
+PLUMBING = ("seed", "save_model", "save_every", "eval_model", "eval_episodes", "eval_epsilon", "capture_video")
 
 
 def find_runs(paths):
@@ -114,18 +118,18 @@ def minutes_to(run, score, last):
 
 
 def settings(runs):
-    """[(label, runs)]: runs whose hyperparameters differ only by seed (and that ran as many steps)
-    pooled, each labelled by its script and the flags in which it differs from the script's other rows."""
+    """[(label, runs)]: runs whose hyperparameters differ only by seed or PLUMBING (and that ran as
+    many steps) pooled, each labelled by its script and the flags in which it differs from the script's other rows."""
     groups = {}
     for run in runs:
-        params = {k: v for k, v in run["params"].items() if k != "seed"}
+        params = {k: v for k, v in run["params"].items() if k not in PLUMBING}
         groups.setdefault((json.dumps(params, sort_keys=True), run["steps"]), []).append(run)
     labelled = []
     for group in groups.values():
         params = group[0]["params"]
         name = params.get("exp_name", group[0]["name"])
         others = [g[0]["params"] for g in groups.values() if g[0]["params"].get("exp_name") == params.get("exp_name")]
-        flags = [k for k in params if k not in SHOWN and len({str(p.get(k)) for p in others}) > 1]
+        flags = [k for k in params if k not in SHOWN + PLUMBING and len({str(p.get(k)) for p in others}) > 1]
         label = name
         for k in flags:
             flag, value = "--" + k.replace("_", "-"), params[k]
