@@ -7,8 +7,8 @@
 Runs of any of the five scripts can be compared, from their run directories (TensorBoard events)
 or from the CSVs sweep.py and --export write; a run found both ways counts once. Runs whose
 hyperparameters differ only by --seed (or by flags that change nothing learnt: saving, watching,
-video) form one row: their return is shown as mean ± std over the
-seeds (each seed's value is the mean of its last --last games). The implementation column names
+video) form one row: their return is shown as mean ± std over the seeds (each seed's value is the
+mean of its last --last games). The implementation column names
 the flags in which rows of one script differ. --reach SCORE adds the wall-clock minutes until the
 mean of the last --last games first reaches SCORE. The plot (needs matplotlib) draws the return
 against steps and against wall-clock time, side by side, one line per run, smoothed over 100 games.
@@ -185,8 +185,8 @@ def plot(runs, path, plt, reach=None):
             window = min(100, len(values))
             smooth = np.convolve(values, np.ones(window) / window, mode="valid")
             params = run["params"]
-            parallel = (f"{params['workers_count']} workers" if "workers_count" in params
-                        else f"{params.get('envs_count', '1')} env" + ("" if str(params.get("envs_count", "1")) == "1" else "s"))
+            envs = str(params.get("envs_count", "1"))
+            parallel = f"{params['workers_count']} workers" if "workers_count" in params else f"{envs} env{'s' * (envs != '1')}"
             period = f", K={params['learn_steps_period']}" if "learn_steps_period" in params else ""
             shown = f"{label} ({parallel}{period})" if seed == 0 else None
             by_steps.plot(steps[window - 1:], smooth, color=f"C{color}", label=shown)
