@@ -369,7 +369,7 @@ def main(argv=None):
         dist = Categorical(logits=logits)
         actions = dist.sample()
         frames, rewards, terminations, truncations, infos = envs.step(np.where(restarts, relaunch, actions.cpu().numpy()))
-        global_step += envs.num_envs
+        global_step += np.count_nonzero(~restarts)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
         next_obs = push_frames(obs, frames, restarts)
 
         # A lost life is a terminal for learning; a time-limit truncation is not (we bootstrap).

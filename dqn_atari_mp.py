@@ -508,7 +508,8 @@ def main(argv=None):
         except queue.Empty:
             continue
         replay.add(e, frames, actions, np.sign(rewards), dones, valid, firsts)
-        global_step += len(frames)
+        new_steps = np.count_nonzero(valid)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
+        global_step += new_steps
         shared_step.value = global_step
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
 
@@ -533,7 +534,7 @@ def main(argv=None):
             acting_network.load_state_dict(q_network.state_dict())  # the workers act with the new weights
 
         # ALGO LOGIC: the target network follows the Q-network every target_network_frequency steps
-        if global_step > args.learning_starts and global_step % args.target_network_frequency < len(frames):
+        if global_step > args.learning_starts and global_step % args.target_network_frequency < new_steps:
             for target_param, param in zip(target_network.parameters(), q_network.parameters()):
                 target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
 

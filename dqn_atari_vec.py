@@ -454,7 +454,8 @@ def main(argv=None):
 
         # The emulator runs in its own C++ thread: send the actions, learn while it plays, collect.
         envs.send(actions)
-        global_step += envs.num_envs
+        new_steps = np.count_nonzero(~restarts)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
+        global_step += new_steps
 
         # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started
         while global_step > args.learning_starts and updates < (global_step - args.learning_starts) // args.learn_steps_period:
@@ -475,7 +476,7 @@ def main(argv=None):
                 writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
 
         # ALGO LOGIC: the target network follows the Q-network every target_network_frequency steps
-        if global_step > args.learning_starts and global_step % args.target_network_frequency < envs.num_envs:
+        if global_step > args.learning_starts and global_step % args.target_network_frequency < new_steps:
             for target_param, param in zip(target_network.parameters(), q_network.parameters()):
                 target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
 

@@ -414,7 +414,7 @@ def main(argv=None):
         dist = Categorical(logits=logits)
         actions = dist.sample()
         frames, rewards, terminations, truncations, infos = envs.step(np.where(restarts, relaunch, actions.cpu().numpy()))
-        global_step += envs.num_envs
+        global_step += np.count_nonzero(~restarts)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
         next_obs = push_frames(obs, frames, restarts)
 
         # A lost life is a terminal for learning; a time-limit truncation is not (we bootstrap).
@@ -435,7 +435,7 @@ def main(argv=None):
         # ALGO LOGIC: a full rollout makes update_epochs passes of minibatch steps, then starts again empty
         if step == args.rollout_length:
             if args.anneal_lr:
-                done_fraction = (global_step - envs.num_envs * args.rollout_length) / args.total_timesteps
+                done_fraction = (global_step - rollout_valid.sum().item()) / args.total_timesteps  # before this rollout
                 optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
             with torch.no_grad():
                 next_values = agent(torch.from_numpy(next_obs).to(device))[1]

@@ -68,7 +68,8 @@ def check_breakout_events(scalars, tags, steps, envs):
         assert np.isfinite(scalars[tag][1]).all(), tag
     for tag in tags:
         tag_steps = scalars[tag][0]
-        assert ((0 < tag_steps) & (tag_steps <= steps) & (tag_steps % envs == 0)).all(), (tag, tag_steps)
+        # the agent's steps: the run stops at the first step of its envs that reaches the total
+        assert ((0 < tag_steps) & (tag_steps < steps + envs)).all(), (tag, tag_steps)
     returns, lengths = scalars["charts/episodic_return"][1], scalars["charts/episodic_length"][1]
     assert len(returns) == len(lengths) >= 1
     assert ((returns >= 0) & (returns == returns.round()) & (returns <= 864)).all(), returns

@@ -56,9 +56,10 @@ def spy_on_stacks(script, monkeypatch):
     return calls
 
 
-def check_noop_games(calls, lengths):
+def check_noop_games(calls, lengths, scalars=None, total=None):
     """A never-moving agent still plays whole games, each life relaunched; each episode's first
-    stack is four copies of its first frame, and only then."""
+    stack is four copies of its first frame, and only then. With a run's scalars: the run counted
+    the agent's steps only, not the relaunches and resets (CleanRL's count), and stopped at the total."""
     assert len(lengths) >= 3 and (lengths <= NOOP_GAME_STEPS).all(), lengths
     starts = np.stack([c[0] for c in calls])
     stacks = np.stack([c[1] for c in calls])
@@ -68,6 +69,10 @@ def check_noop_games(calls, lengths):
     # elsewhere a stack is the previous one shifted by a frame: no episode reaches into another
     later = starts[1:]
     np.testing.assert_array_equal(stacks[1:][~later][:, :-1], stacks[:-1][~later][:, 1:])
+    if scalars is not None:
+        agent_steps = np.count_nonzero(~starts)  # push_frames's starts are the steps that relaunched or reset
+        assert scalars["charts/SPS"][0][-1] == agent_steps < starts.size, (agent_steps, starts.size)
+        assert total <= agent_steps < total + len(starts[0])
 
 
 @pytest.mark.parametrize("script, extra", [(dqn_atari, []), (dqn_atari_vec, ["--envs-count", "2"])],
@@ -76,7 +81,8 @@ def test_dqn_loop_relaunches_every_life_and_starts_fresh_stacks(script, extra, i
     monkeypatch.setattr(script, "epsilon_greedy", lambda net, obs, *args: np.zeros(len(obs), dtype=np.int64))
     calls = spy_on_stacks(script, monkeypatch)
     run_dir = script.main(["--total-timesteps", "1400", "--learning-starts", "1400", "--buffer-size", "2000"] + extra)
-    check_noop_games(calls, read_scalars(run_dir)["charts/episodic_length"][1])
+    scalars = read_scalars(run_dir)
+    check_noop_games(calls, scalars["charts/episodic_length"][1], scalars, 1400)
 
 
 class NoopCategorical(Categorical):
@@ -89,7 +95,8 @@ def test_policy_gradient_loop_relaunches_every_life_and_starts_fresh_stacks(scri
     monkeypatch.setattr(script, "Categorical", NoopCategorical)
     calls = spy_on_stacks(script, monkeypatch)
     run_dir = script.main(["--total-timesteps", "1280", "--envs-count", "2", "--rollout-length", "64"])
-    check_noop_games(calls, read_scalars(run_dir)["charts/episodic_length"][1])
+    scalars = read_scalars(run_dir)
+    check_noop_games(calls, scalars["charts/episodic_length"][1], scalars, 1280)
 
 
 def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, one_torch_thread):

@@ -38,7 +38,7 @@ def test_updates_follow_learn_steps_period(envs_count, period, tmp_path):
         "--envs-count", str(envs_count), "--learn-steps-period", str(period), "--end-e", "0.3"], tmp_path)
     scalars = read_scalars(run_dir)
     steps, updates = scalars["charts/updates"]
-    assert steps[-1] == total
+    assert total <= steps[-1] < total + envs_count  # the agent's steps; the envs step together
     assert abs(updates[-1] - (total - starts) / period) <= 1
     for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon",
                 "losses/td_loss", "losses/q_values"]:
