@@ -117,13 +117,19 @@ def minutes_to(run, score, last):
     return seconds[hits[0] + last - 1] / 60 if len(hits) else None
 
 
+def steps_run(run):
+    """The run's --total-timesteps, or fewer where it stopped early. Several environments step
+    together, so a finished run can end a few steps past its total: those steps do not split seeds."""
+    return min(run["steps"], int(run["params"].get("total_timesteps", run["steps"])))
+
+
 def settings(runs):
     """[(label, runs)]: runs whose hyperparameters differ only by seed or PLUMBING (and that ran as
     many steps) pooled, each labelled by its script and the flags in which it differs from the script's other rows."""
     groups = {}
     for run in runs:
         params = {k: v for k, v in run["params"].items() if k not in PLUMBING}
-        groups.setdefault((json.dumps(params, sort_keys=True), run["steps"]), []).append(run)
+        groups.setdefault((json.dumps(params, sort_keys=True), steps_run(run)), []).append(run)
     labelled = []
     for group in groups.values():
         params = group[0]["params"]
@@ -135,7 +141,7 @@ def settings(runs):
             flag, value = "--" + k.replace("_", "-"), params[k]
             label += {"True": f" {flag}", "False": f" --no-{flag[2:]}"}.get(value, f" {flag} {value}")
         labelled.append((label, group))
-    return sorted(labelled, key=lambda item: (item[0], item[1][0]["steps"]))
+    return sorted(labelled, key=lambda item: (item[0], steps_run(item[1][0])))
 
 
 def hours(seconds):
@@ -164,7 +170,7 @@ def table(runs, last=100, reach=None):
         updates = [run["updates"] for run in group if run["updates"] is not None]
         seconds = np.mean([run["seconds"] for run in group])
         sps = np.mean([run["steps"] / run["seconds"] for run in group if run["seconds"] > 0] or [np.nan])
-        lines.append(f"| {label} | {params.get('env_id', '?')} | {group[0]['steps']:,} | {len(group)} | "
+        lines.append(f"| {label} | {params.get('env_id', '?')} | {steps_run(group[0]):,} | {len(group)} | "
                      f"{params.get('workers_count', params.get('envs_count', '1'))} | "
                      f"{params.get('learn_steps_period', '-')} | {f'{int(np.mean(updates)):,}' if updates else '-'} | "
                      f"{shown} | {sps:,.0f} | {hours(seconds)} |"

@@ -144,14 +144,14 @@ def test_compare_prints_the_table_from_real_events(sweep):
     assert reference[7] == f"{np.mean(run_means):.1f} ± {np.std(run_means):.1f}"
 
 
-def hand_made(folder, name, games, **flags):
+def hand_made(folder, name, games, steps=4000, **flags):
     """A results CSV as docs/results/README.md describes it; games: (step, return, seconds)."""
     params = {"exp_name": "dqn_atari", "seed": "1", "env_id": "PongNoFrameskip-v4", "learning_starts": "80000",
               "learn_steps_period": "4", **{k: str(v) for k, v in flags.items()}}
     rows = "".join(f"{step},{value},{seconds}\n" for step, value, seconds in games)
     (folder / f"{name}.csv").write_text(
         f"# command: python {params['exp_name']}.py --seed {params['seed']}\n# script: {params['exp_name']}.py\n"
-        f"# env_id: {params['env_id']}\n# seed: {params['seed']}\n# steps: 4000\n# seconds: 600.0\n# updates: 500\n"
+        f"# env_id: {params['env_id']}\n# seed: {params['seed']}\n# steps: {steps}\n# seconds: 600.0\n# updates: 500\n"
         f"# hyperparameters: {json.dumps(params)}\nstep,return,seconds\n{rows}")
 
 
@@ -187,6 +187,19 @@ def test_compare_pools_runs_that_differ_only_in_saving_flags(tmp_path):
     cells = {row[0]: row for row in ([cell.strip() for cell in line.split("|")[1:-1]] for line in proc.stdout.splitlines()[2:])}
     assert sorted(cells) == ["dqn_atari", "dqn_atari --learning-rate 0.001"]  # no saving flag in a label
     assert cells["dqn_atari"][3] == "3" and cells["dqn_atari --learning-rate 0.001"][3] == "1"
+
+
+def test_compare_pools_runs_that_passed_their_total_by_a_few_steps(tmp_path):
+    """With several environments a run stops at the first vector step that reaches its total; a
+    run stopped early by Ctrl-C is another setting."""
+    games = [(1000, 2, 60), (2000, 4, 120)]
+    for seed, steps in [(1, 4000), (2, 4003), (3, 4007)]:
+        hand_made(tmp_path, f"a{seed}", games, steps=steps, seed=seed, total_timesteps=4000)
+    hand_made(tmp_path, "a4", games, steps=2500, seed=4, total_timesteps=4000)
+    proc = run_tool("compare.py", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in proc.stdout.splitlines()[2:]]
+    assert sorted((row[2], row[3]) for row in rows) == [("2,500", "1"), ("4,000", "3")]
 
 
 def test_compare_draws_both_curves(sweep, tmp_path):
