@@ -14,9 +14,9 @@ The environment is ale-py's AtariVectorEnv with one element: the emulator and th
 DeepMind preprocessing run in C++ (no-ops on reset, frame skip 4 with a max over the last two
 frames, FIRE on reset, 84x84 grayscale, 4 stacked frames). A lost life ends the episode for
 learning and rewards are clipped to their sign for learning, but `charts/episodic_return` is
-the whole game's real score. As in the standard setup, the steps after a lost life play NOOP,
-FIRE and action 2 for the agent (games wait for FIRE) and are no transitions, and every episode,
-a game's or a life's, starts with a stack of four copies of its first frame.
+the whole game's real score. As in the standard setup, the step after a lost life presses FIRE
+for the agent (games wait for it) and is no transition, and every episode, a game's or a life's,
+starts with a stack of four copies of its first frame.
 
 The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
 dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
@@ -169,7 +169,7 @@ def make_env(env_id, envs_count, seed):
     ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
     the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
     the action and returns the new game's first observation. After a lost life the game goes on,
-    and the main loop plays `relaunch_actions(envs)` for the agent on the next steps. Each step
+    and the main loop presses `relaunch_action(envs)` for the agent on the next step. Each step
     gives one frame per game, (envs, 1, 84, 84): `push_frames` stacks them."""
     envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
                           stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
@@ -178,12 +178,10 @@ def make_env(env_id, envs_count, seed):
     return envs
 
 
-def relaunch_actions(envs):
-    """The steps the standard setup (CleanRL's EpisodicLifeEnv and FireResetEnv) plays unseen before
-    each episode, a life or a game: NOOP (for a finished game: the step that resets it, whatever its
-    action), then FIRE and action 2 where the game has FIRE (Breakout stands still until it is pressed)."""
+def relaunch_action(envs):
+    """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
     action_set = envs.ale.get_action_set()
-    return np.array([0, action_set.index(Action.FIRE), 2] if Action.FIRE in action_set else [0])
+    return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
 
 
 def push_frames(obs, frames, starts):
@@ -305,23 +303,21 @@ def worker(index, args, acting_network, transitions, shared_step, stop):
     rng = np.random.default_rng(args.seed + index)
     frames, infos = envs.reset(seed=args.seed + index)
     obs = frames.repeat(STACK, axis=1)  # an episode's first stack: four copies of its first frame
-    lives, relaunch, batch = infos["lives"], relaunch_actions(envs), []
-    starts, relaunch_left = np.ones(1, dtype=bool), np.zeros(1, dtype=np.int64)  # as in dqn_atari.py's main loop
+    lives, relaunch, batch = infos["lives"], relaunch_action(envs), []
+    starts, restarts = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)  # as in dqn_atari.py's main loop
     learner = os.getppid()
     while not stop.is_set() and os.getppid() == learner:  # stop when told to, or when the learner is gone
-        restarts = relaunch_left > 0  # this step relaunches the game or resets a finished one
         # ALGO LOGIC: epsilon follows the global transition count kept by the learner. The learner may
         # be copying new weights in as we act: a forward pass on half-new weights is harmless here.
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value)
         actions = epsilon_greedy(acting_network, obs, epsilon, envs.single_action_space.n, rng, "cpu")
-        actions[restarts] = relaunch[-relaunch_left[restarts]]  # not the agent's steps: NOOP, FIRE, action 2
+        actions[restarts] = relaunch  # not the agent's step: FIRE after a lost life (a reset ignores it)
         frames, rewards, terminations, truncations, infos = envs.step(actions)
         life_lost = infos["lives"] < lives
         batch.append((obs[0, -1], actions[0], rewards[0], (terminations | life_lost)[0], ~restarts[0], starts[0],
                       (terminations | truncations)[0]))
         next_obs = push_frames(obs, frames, restarts)
-        ends = life_lost | terminations | truncations
-        starts, relaunch_left = restarts, np.where(ends, len(relaunch), relaunch_left - restarts)
+        starts, restarts = restarts, life_lost | terminations | truncations
         lives, obs = infos["lives"], next_obs
         if len(batch) == QUEUE_BATCH:
             message, batch = (index, *map(np.array, zip(*batch))), []
@@ -349,13 +345,12 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
     frames, infos = envs.reset(seed=seed)
-    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_actions(envs)
-    relaunch_left = np.zeros(1, dtype=np.int64)  # as in training: after a lost life or a game's end, relaunch
+    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs)
+    restarts = np.zeros(1, dtype=bool)  # as in training: after a lost life or a game's end, relaunch
     returns, score, video = [], 0.0, []
     while len(returns) < episodes:
-        restarts = relaunch_left > 0
         if restarts[0]:
-            actions = relaunch[-relaunch_left]
+            actions = np.array([relaunch])
         elif rng.random() < epsilon:
             actions = rng.integers(0, envs.single_action_space.n, size=1)
         else:
@@ -372,8 +367,7 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
             score, video = 0.0, []
-        ends = terminations | truncations | (infos["lives"] < lives)
-        relaunch_left, lives = np.where(ends, len(relaunch), relaunch_left - restarts), infos["lives"]
+        restarts, lives = terminations | truncations | (infos["lives"] < lives), infos["lives"]
     envs.close()
     return returns
 

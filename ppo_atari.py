@@ -18,11 +18,11 @@ its published results after 10M steps: Breakout 415 +- 28, Pong 20.4, BeamRider 
 The environments are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv,
 with the preprocessing of dqn_atari.py (done in C++). A lost life is a terminal for learning
 and rewards are clipped to their sign for learning, but `charts/episodic_return` is the whole
-game's real score. As in the standard setup, the steps after a lost life play NOOP, FIRE
-and action 2 for the agent (games wait for FIRE), and every episode, a game's or a life's, starts
-with a stack of four copies of its first frame. Those steps, like the one that resets a finished
-game, are no transitions: they keep their rows in the rollout, marked not valid, so GAE gives
-them no advantage and nothing flows across them, and the update leaves them out.
+game's real score. As in the standard setup, the step after a lost life presses FIRE for the
+agent (games wait for it), and every episode, a game's or a life's, starts with a stack of four
+copies of its first frame. That step, like the one that resets a finished game, is no
+transition: it keeps its row in the rollout, marked not valid, so GAE gives it no advantage and
+nothing flows across it, and the update leaves it out.
 
 Diff it against: a2c_batched.py (one gradient step per rollout on the one-step TD advantage).
 
@@ -147,11 +147,11 @@ def parse_args(argv=None):
             import imageio_ffmpeg  # noqa: F401
         except ImportError:
             p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
-    # Every episode has one step of the agent's at least, and at most 3 relaunch steps follow it, so
-    # a rollout holds at least envs * (length // 4) real transitions: enough for every minibatch.
-    if args.num_minibatches > args.envs_count * (args.rollout_length // 4):
-        p.error(f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 4) = "
-                f"{args.envs_count * (args.rollout_length // 4)}")
+    # At most every other step of an environment only resets a game, so a rollout holds at least
+    # envs * (length // 2) real transitions: enough for every minibatch to get some.
+    if args.num_minibatches > args.envs_count * (args.rollout_length // 2):
+        p.error(f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 2) = "
+                f"{args.envs_count * (args.rollout_length // 2)}")
     if args.eval_model is not None and (error := model_error(args.eval_model, args.env_id)):
         p.error(f"argument --eval-model: {error}")
     return args
@@ -165,7 +165,7 @@ def make_env(env_id, envs_count, seed):
     ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
     the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
     the action and returns the new game's first observation. After a lost life the game goes on,
-    and the main loop plays `relaunch_actions(envs)` for the agent on the next steps. Each step
+    and the main loop presses `relaunch_action(envs)` for the agent on the next step. Each step
     gives one frame per game, (envs, 1, 84, 84): `push_frames` stacks them."""
     envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
                           stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
@@ -174,12 +174,10 @@ def make_env(env_id, envs_count, seed):
     return envs
 
 
-def relaunch_actions(envs):
-    """The steps the standard setup (CleanRL's EpisodicLifeEnv and FireResetEnv) plays unseen before
-    each episode, a life or a game: NOOP (for a finished game: the step that resets it, whatever its
-    action), then FIRE and action 2 where the game has FIRE (Breakout stands still until it is pressed)."""
+def relaunch_action(envs):
+    """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
     action_set = envs.ale.get_action_set()
-    return np.array([0, action_set.index(Action.FIRE), 2] if Action.FIRE in action_set else [0])
+    return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
 
 
 def push_frames(obs, frames, starts):
@@ -251,13 +249,12 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
     frames, infos = envs.reset(seed=seed)
-    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_actions(envs)
-    relaunch_left = np.zeros(1, dtype=np.int64)  # as in training: after a lost life or a game's end, relaunch
+    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs)
+    restarts = np.zeros(1, dtype=bool)  # as in training: after a lost life or a game's end, relaunch
     returns, score, video = [], 0.0, []
     while len(returns) < episodes:
-        restarts = relaunch_left > 0
         if restarts[0]:
-            actions = relaunch[-relaunch_left]
+            actions = np.array([relaunch])
         elif rng.random() < epsilon:
             actions = rng.integers(0, envs.single_action_space.n, size=1)
         else:
@@ -276,8 +273,7 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
             score, video = 0.0, []
-        ends = terminations | truncations | (infos["lives"] < lives)
-        relaunch_left, lives = np.where(ends, len(relaunch), relaunch_left - restarts), infos["lives"]
+        restarts, lives = terminations | truncations | (infos["lives"] < lives), infos["lives"]
     envs.close()
     return returns
 
@@ -389,10 +385,10 @@ def main(argv=None):
 
     frames, infos = envs.reset(seed=args.seed)
     obs = frames.repeat(STACK, axis=1)  # an episode's first stack: four copies of its first frame
-    lives, relaunch = infos["lives"], relaunch_actions(envs)
-    # After an episode ends (a lost life or the game's end), the next len(relaunch) steps are not the
-    # agent's: they reset a finished game and relaunch it. relaunch_left counts them; no transitions.
-    relaunch_left = np.zeros(envs.num_envs, dtype=np.int64)
+    lives, relaunch = infos["lives"], relaunch_action(envs)
+    # obs ends an episode (a lost life or the game's end): the next step is not the agent's, it
+    # relaunches the game or resets a finished one; it is no transition
+    restarts = np.zeros(envs.num_envs, dtype=bool)
     scores = np.zeros(envs.num_envs)  # the real, unclipped score of the game being played
     lengths = np.zeros(envs.num_envs, dtype=np.int64)
     recent_returns = collections.deque(maxlen=100)
@@ -411,14 +407,13 @@ def main(argv=None):
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
-        restarts = relaunch_left > 0  # this step relaunches the game or resets a finished one
         # ALGO LOGIC: the actor samples one action per environment; log pi(a|s) and V(s) are kept
         obs_t = torch.from_numpy(obs).to(device)
         with torch.no_grad():
             logits, values = agent(obs_t)
         dist = Categorical(logits=logits)
         actions = dist.sample()
-        frames, rewards, terminations, truncations, infos = envs.step(np.where(restarts, relaunch[-relaunch_left], actions.cpu().numpy()))
+        frames, rewards, terminations, truncations, infos = envs.step(np.where(restarts, relaunch, actions.cpu().numpy()))
         global_step += np.count_nonzero(~restarts)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
         next_obs = push_frames(obs, frames, restarts)
 
@@ -502,8 +497,7 @@ def main(argv=None):
         # Logging: the whole game's real score, as CleanRL logs it
         scores += rewards
         lengths += valid
-        ends = life_lost | terminations | truncations
-        relaunch_left, lives = np.where(ends, len(relaunch), relaunch_left - restarts), infos["lives"]
+        restarts, lives = life_lost | terminations | truncations, infos["lives"]
         for e in np.flatnonzero(terminations | truncations):
             writer.add_scalar("charts/episodic_return", scores[e], global_step)
             writer.add_scalar("charts/episodic_length", lengths[e], global_step)

@@ -55,20 +55,18 @@ def test_replay_stacks_stay_within_one_environment():
     replay = dqn_atari_vec.ReplayMemory(capacity, envs_count)
     rng = np.random.default_rng(7)
     frames, infos = envs.reset(seed=7)
-    obs, lives, relaunch = frames.repeat(4, axis=1), infos["lives"], dqn_atari_vec.relaunch_actions(envs)
-    starts, relaunch_left = np.ones(envs_count, bool), np.zeros(envs_count, np.int64)
+    obs, lives, relaunch = frames.repeat(4, axis=1), infos["lives"], dqn_atari_vec.relaunch_action(envs)
+    starts, restarts = np.ones(envs_count, bool), np.zeros(envs_count, bool)
     history = []
     for _ in range(steps):
         actions = rng.integers(0, 4, size=envs_count)
-        restarts = relaunch_left > 0
-        actions[restarts] = relaunch[-relaunch_left[restarts]]
+        actions[restarts] = relaunch
         frames, rewards, terminations, truncations, infos = envs.step(actions)
         life_lost = infos["lives"] < lives
         replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~restarts, starts)
         next_obs = dqn_atari_vec.push_frames(obs, frames, restarts)
         history.append((obs, next_obs))
-        ends = life_lost | terminations | truncations
-        starts, relaunch_left = restarts, np.where(ends, len(relaunch), relaunch_left - restarts)
+        starts, restarts = restarts, life_lost | terminations | truncations
         lives, obs = infos["lives"], next_obs
     assert replay.full and replay.frames.shape[:2] == (300, 3)
     rows = np.repeat(np.arange(300), envs_count)
