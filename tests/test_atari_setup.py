@@ -22,6 +22,7 @@ SCRIPTS = [dqn_atari, dqn_atari_vec, dqn_atari_mp, a2c_batched, ppo_atari]
 # steps each once the ball is relaunched for it; without the relaunch the game would stand still
 # until the time limit (27,000 steps).
 NOOP_GAME_STEPS = 200
+RELAUNCH_STEPS = 1  # the step after a lost life (FIRE) or after a game's end (the reset)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
@@ -65,6 +66,9 @@ def check_noop_games(calls, lengths, scalars=None, total=None):
     stacks = np.stack([c[1] for c in calls])
     frames = np.stack([c[2] for c in calls])
     assert starts.sum() >= 5 * len(lengths) - len(starts[0]), "a start for every life of every game"
+    for column in starts.T:  # every relaunch is one step long, never two in a row
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], column.astype(int), [0]])))
+        assert (edges[1::2] - edges[::2] == RELAUNCH_STEPS).all()
     np.testing.assert_array_equal(stacks[starts], np.repeat(frames[starts], 4, axis=1))
     # elsewhere a stack is the previous one shifted by a frame: no episode reaches into another
     later = starts[1:]
