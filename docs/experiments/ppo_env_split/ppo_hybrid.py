@@ -1,3 +1,8 @@
+"""Experiment for issue 12, not one of the project's scripts: ppo_atari.py with its make_env
+swapped for CleanRLEnvs (CleanRL's wrapper stack behind AtariVectorEnv's interface), to tell the
+learning code apart from the environment. Runs in CleanRL's environment (see README.md here).
+The rest of this file is ppo_atari.py as it was on main when it ran."""
+
 """PPO on Atari: several epochs of clipped policy updates over each rollout.
 
 What it shows: proximal policy optimization as CleanRL's ppo_atari runs it. The loop is the one
