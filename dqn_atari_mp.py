@@ -6,9 +6,10 @@ gradient step moves Q(s, a) towards the one-step TD target r + gamma * max_a' Q_
 A target network, copied every `--target-network-frequency` steps, keeps that target still.
 
 Multi-process: `--workers-count` worker processes each play one environment with a copy of the
-Q-network whose weights live in shared memory, and put their transitions on one bounded queue.
-The main process learns from them, so `--learn-steps-period` counts transitions from all workers;
-the queue being bounded, workers wait for the learner rather than run ahead of it.
+Q-network whose weights live in shared memory, and send their transitions to the learner, each
+over its own pipe (a first-in first-out queue between two processes). The main process learns
+from them, so `--learn-steps-period` counts transitions from all workers; a pipe holds less than
+one message, so workers wait for the learner rather than run ahead of it.
 
 The environment is ale-py's AtariVectorEnv with one element: the emulator and the standard
 DeepMind preprocessing run in C++ (no-ops on reset, frame skip 4 with a max over the last two
@@ -20,7 +21,7 @@ starts with a stack of four copies of its first frame.
 
 The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
 dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
-(`--workers-count` actor processes feeding one learner through a queue).
+(`--workers-count` actor processes feeding one learner through pipes).
 
     python dqn_atari_mp.py --workers-count 2
     tensorboard --logdir runs
@@ -29,10 +30,10 @@ dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.p
 import argparse
 import collections
 import os
-import queue
 import random
 import re
 import signal
+import multiprocessing.connection
 import sys
 import time
 
@@ -47,7 +48,7 @@ from gymnasium.spaces import Discrete
 from torch.utils.tensorboard import SummaryWriter
 
 FRAME_SHAPE = (84, 84)
-QUEUE_BATCH = 32  # a worker sends its transitions 32 at a time: fewer, larger messages
+SEND_BATCH = 32  # a worker sends its transitions 32 at a time: fewer, larger messages
 STACK = 4
 # One frame, its action, clipped reward and three flags: what the replay stores per transition.
 REPLAY_BYTES_PER_TRANSITION = FRAME_SHAPE[0] * FRAME_SHAPE[1] + 1 + 1 + 3
@@ -294,19 +295,17 @@ class ReplayMemory:
 
 
 # ---------------------------------------------------------------- worker process
-def worker(index, args, acting_network, transitions, shared_step, stop):
-    """One actor: plays its own environment and sends what it saw to the learner, QUEUE_BATCH steps at a time."""
+def worker(index, args, acting_network, pipe, shared_step, stop):
+    """One actor: plays its own environment and sends what it saw to the learner, SEND_BATCH steps at a time."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle: it stops us
     torch.set_num_threads(1)  # the learner needs the cores; acting is one small forward pass
-    transitions.cancel_join_thread()  # at exit, do not wait to flush a queue nobody reads any more
     envs = make_env(args.env_id, 1, args.seed + index)
     rng = np.random.default_rng(args.seed + index)
     frames, infos = envs.reset(seed=args.seed + index)
     obs = frames.repeat(STACK, axis=1)  # an episode's first stack: four copies of its first frame
     lives, relaunch, batch = infos["lives"], relaunch_action(envs), []
     starts, restarts = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)  # as in dqn_atari.py's main loop
-    learner = os.getppid()
-    while not stop.is_set() and os.getppid() == learner:  # stop when told to, or when the learner is gone
+    while not stop.is_set():
         # ALGO LOGIC: epsilon follows the global transition count kept by the learner. The learner may
         # be copying new weights in as we act: a forward pass on half-new weights is harmless here.
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value)
@@ -319,14 +318,12 @@ def worker(index, args, acting_network, transitions, shared_step, stop):
         next_obs = push_frames(obs, frames, restarts)
         starts, restarts = restarts, life_lost | terminations | truncations
         lives, obs = infos["lives"], next_obs
-        if len(batch) == QUEUE_BATCH:
+        if len(batch) == SEND_BATCH:
             message, batch = (index, *map(np.array, zip(*batch))), []
-            while not stop.is_set() and os.getppid() == learner:  # the queue is bounded: wait for the learner
-                try:
-                    transitions.put(message, timeout=0.5)
-                    break
-                except queue.Full:
-                    pass
+            try:
+                pipe.send(message)  # returns once the learner has read most of it: we cannot run ahead
+            except BrokenPipeError:  # the learner has closed its end (the run is over) or is gone
+                return
 
 
 def dead_worker(workers):
@@ -485,12 +482,19 @@ def main(argv=None):
     acting_network = QNetwork(actions_count).to(memory_format=torch.channels_last).share_memory()
     acting_network.load_state_dict(q_network.state_dict())
     context = mp.get_context("spawn")  # fork is unsafe with torch's threads and with CUDA
-    transitions = context.Queue(maxsize=2 * args.workers_count)
     shared_step, stop = context.Value("q", 0), context.Event()
-    workers = [context.Process(target=worker, args=(i, args, acting_network, transitions, shared_step, stop),
-                               daemon=True) for i in range(args.workers_count)]
-    for process in workers:
-        process.start()
+    # One pipe per worker, whose write end only that worker holds: a worker that dies, even halfway
+    # through a message, closes its pipe, and the learner reads an end (EOFError). With one queue
+    # shared by all workers, the learner would wait forever for the rest of that message.
+    pipes, workers = [], []
+    for index in range(args.workers_count):
+        pipe, worker_end = context.Pipe(duplex=False)
+        workers.append(context.Process(target=worker, args=(index, args, acting_network, worker_end, shared_step, stop),
+                                       daemon=True))
+        workers[-1].start()
+        worker_end.close()
+        pipes.append(pipe)
+    ready = collections.deque()  # pipes with a message waiting, served in turn so that every worker gets its say
 
     scores = np.zeros(args.workers_count)  # the real, unclipped score of each worker's current game
     lengths = np.zeros(args.workers_count, dtype=np.int64)
@@ -503,9 +507,14 @@ def main(argv=None):
 
     # Plumbing: run until done, Ctrl-C or a dead worker (checking on them is cheap), one batch at a time
     while global_step < args.total_timesteps and not stop_signals and not (failure := dead_worker(workers)):
+        if not ready:
+            ready.extend(multiprocessing.connection.wait(pipes, timeout=1.0))
+            continue
+        pipe = ready.popleft()
         try:
-            e, frames, actions, rewards, dones, valid, firsts, ends = transitions.get(timeout=1.0)  # e: the worker
-        except queue.Empty:
+            e, frames, actions, rewards, dones, valid, firsts, ends = pipe.recv()  # e: the worker
+        except (EOFError, OSError):  # its worker is gone, maybe halfway through a message: dead_worker says how
+            pipes.remove(pipe)
             continue
         replay.add(e, frames, actions, np.sign(rewards), dones, valid, firsts)
         new_steps = np.count_nonzero(valid)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
@@ -572,6 +581,8 @@ def main(argv=None):
             last_print = time.time()
             recent_prints = collections.deque([(last_print, global_step)], maxlen=13)
     stop.set()
+    for pipe in pipes:
+        pipe.close()  # a worker waiting to send gets BrokenPipeError and exits
     for process in workers:
         process.join(timeout=5)
         process.kill()  # no-op for a worker that has exited

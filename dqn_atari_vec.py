@@ -21,7 +21,7 @@ starts with a stack of four copies of its first frame.
 
 The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
 dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
-(`--workers-count` actor processes feeding one learner through a queue).
+(`--workers-count` actor processes feeding one learner through pipes).
 
     python dqn_atari_vec.py --env-id BreakoutNoFrameskip-v4 --envs-count 8 --learn-steps-period 32
     tensorboard --logdir runs

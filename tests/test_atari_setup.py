@@ -109,19 +109,16 @@ def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, on
     calls = spy_on_stacks(dqn_atari_mp, monkeypatch)
     stop, messages = threading.Event(), []
 
-    class Transitions:  # what the learner's queue does for the worker, keeping 700 steps
-        def cancel_join_thread(self):
-            pass
-
-        def put(self, message, timeout=None):
+    class Pipe:  # what the learner's end of the pipe does for the worker, keeping 700 steps
+        def send(self, message):
             messages.append(message)
-            if len(messages) * dqn_atari_mp.QUEUE_BATCH >= 700:
+            if len(messages) * dqn_atari_mp.SEND_BATCH >= 700:
                 stop.set()
 
     args = dqn_atari_mp.parse_args(["--buffer-size", "1000"])
     sigint = signal.getsignal(signal.SIGINT)
     try:
-        dqn_atari_mp.worker(0, args, None, Transitions(), SimpleNamespace(value=0), stop)
+        dqn_atari_mp.worker(0, args, None, Pipe(), SimpleNamespace(value=0), stop)
     finally:
         signal.signal(signal.SIGINT, sigint)
     ends = np.concatenate([m[7] for m in messages])
