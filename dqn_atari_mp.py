@@ -29,11 +29,11 @@ dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.p
 
 import argparse
 import collections
+import multiprocessing.connection
 import os
 import random
 import re
 import signal
-import multiprocessing.connection
 import sys
 import time
 
