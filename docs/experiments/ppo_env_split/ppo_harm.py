@@ -1,0 +1,628 @@
+"""Experiment for issue 12, not one of the project's scripts: ppo_hybrid.py whose adapter does the game
+start and the relaunch after a lost life each the CleanRL way or ours, chosen by HARM_START and
+HARM_LIFE (see the CleanRLEnvs docstring). Runs in CleanRL's environment (README.md here)."""
+
+"""PPO on Atari: several epochs of clipped policy updates over each rollout.
+
+What it shows: proximal policy optimization as CleanRL's ppo_atari runs it. The loop is the one
+of a2c_batched.py, but where A2C keeps each step's losses, PPO keeps each step's transition (the
+observation, the action, its log-probability and V(s) at the time), because it will evaluate
+them again with a changing policy. When the rollout holds `--rollout-length` steps, generalized
+advantage estimation (GAE, `--gae-lambda`) turns it into advantages and returns, and
+`--update-epochs` passes over it in `--num-minibatches` shuffled minibatches make the gradient
+steps. Reusing data this way is safe because the objective is clipped: once the probability
+ratio pi_new(a|s) / pi_old(a|s) leaves [1 - clip, 1 + clip] (`--clip-coef`), moving further
+gains nothing, so the policy stays close to the one that collected the data; the critic's loss
+is clipped likewise (`--clip-vloss`).
+
+Actor and critic share one Nature CNN with two heads, as in a2c_batched.py and CleanRL, trained
+by Adam with a learning rate annealed linearly to 0 (`--anneal-lr`). The defaults are CleanRL's;
+its published results after 10M steps: Breakout 415 +- 28, Pong 20.4, BeamRider 1916.
+
+The environments are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv,
+with the preprocessing of dqn_atari.py (done in C++). A lost life is a terminal for learning
+and rewards are clipped to their sign for learning, but `charts/episodic_return` is the whole
+game's real score. As in the standard setup, the step after a lost life presses FIRE for the
+agent (games wait for it), and every episode, a game's or a life's, starts with a stack of four
+copies of its first frame. That step, like the one that resets a finished game, is no
+transition: it keeps its row in the rollout, marked not valid, so GAE gives it no advantage and
+nothing flows across it, and the update leaves it out.
+
+Diff it against: a2c_batched.py (one gradient step per rollout on the one-step TD advantage).
+
+    python ppo_atari.py --env-id BreakoutNoFrameskip-v4
+    tensorboard --logdir runs
+"""
+
+import argparse
+import collections
+import os
+import random
+import re
+import signal
+import sys
+import time
+import warnings
+
+import numpy as np
+import ale_py
+import torch
+import torch.nn as nn
+from ale_py import Action, roms
+import gymnasium as gym
+from types import SimpleNamespace
+from stable_baselines3.common.atari_wrappers import EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
+import ale_py.registration
+if "BreakoutNoFrameskip-v4" not in gym.registry:  # ale-py 0.12 registers nothing under gymnasium 0.29
+    ale_py.registration.register_v0_v4_envs()
+
+
+class CleanRLEnvs:
+    """Arms between H-all and the hybrid: CleanRL's per-step frames (gym AtariEnv + SB3 MaxAndSkip +
+    Resize + Gray), with the game start and the relaunch after a lost life each done one of two ways,
+    chosen by the environment variables HARM_START and HARM_LIFE:
+      start=ours: FIRE for one frame, then 0-28 NOOP frames (AtariVectorEnv's reset)
+      start=cleanrl: 1-30 NOOP frames, then a FIRE step and an action-2 step (NoopReset + FireReset)
+      life=ours: the loop's relaunch step (FIRE) is stepped as it comes, its reward counted
+      life=cleanrl: the relaunch step is a NOOP step, a FIRE step and an action-2 step (EpisodicLife + FireReset)"""
+
+    def __init__(self, env_id, n):
+        self.start_mode, self.life_mode = os.environ["HARM_START"], os.environ["HARM_LIFE"]
+        print("arm: start", self.start_mode, "life", self.life_mode, flush=True)
+        self.envs = []
+        for _ in range(n):
+            env = gym.make(env_id)
+            env = MaxAndSkipEnv(env, skip=4)
+            env = gym.wrappers.ResizeObservation(env, (84, 84))
+            env = gym.wrappers.GrayScaleObservation(env)
+            self.envs.append(env)
+        self.num_envs = n
+        self.single_action_space = self.envs[0].action_space
+        action_set = self.envs[0].unwrapped.ale.getMinimalActionSet()
+        self.ale = SimpleNamespace(get_action_set=lambda: list(action_set))
+        self.game_over = np.zeros(n, dtype=bool)
+        self.life_lost = np.zeros(n, dtype=bool)
+        self.rng = np.random.default_rng(0)
+
+    def start(self, e):
+        ale = e.unwrapped.ale
+        if self.start_mode == "ours":
+            ale.act(Action.FIRE)
+            for _ in range(int(self.rng.integers(0, 30)) - 1):
+                ale.act(Action.NOOP)
+            return e.observation(e.env.observation(ale.getScreenRGB()))
+        for _ in range(int(self.rng.integers(1, 31))):
+            ale.act(Action.NOOP)
+        e.step(1)
+        return e.step(2)[0]
+
+    def lives(self):
+        return np.array([e.unwrapped.ale.lives() for e in self.envs])
+
+    def reset(self, seed):
+        self.rng = np.random.default_rng(seed)
+        frames = []
+        for i, e in enumerate(self.envs):
+            e.reset(seed=seed + i)
+            frames.append(self.start(e))
+        self.prev_lives = self.lives()
+        return np.stack(frames)[:, None], {"lives": self.prev_lives}
+
+    def step(self, actions):
+        frames, rewards = [], np.zeros(self.num_envs)
+        terminations, truncations = np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+        for i, e in enumerate(self.envs):
+            if self.game_over[i]:
+                e.reset()
+                obs = self.start(e)
+                self.game_over[i] = False
+            elif self.life_lost[i] and self.life_mode == "cleanrl":
+                e.step(0)
+                e.step(1)
+                obs = e.step(2)[0]
+            else:
+                obs, reward, terminated, truncated, _ = e.step(int(actions[i]))
+                rewards[i] = reward
+                self.game_over[i] = terminated or truncated
+                terminations[i], truncations[i] = terminated, truncated
+            frames.append(obs)
+        lives = self.lives()
+        self.life_lost = (lives < self.prev_lives) & ~self.game_over
+        self.prev_lives = lives
+        return np.stack(frames)[:, None], rewards, terminations, truncations, {"lives": lives}
+
+    def close(self):
+        for e in self.envs:
+            e.close()
+from gymnasium.spaces import Discrete
+from torch.distributions import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+FRAME_SHAPE = (84, 84)
+STACK = 4
+
+
+# ---------------------------------------------------------------- arguments (plumbing)
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def positive_float(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def non_negative_float(text):
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def probability(text):
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def rom_name(env_id):
+    """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name)."""
+    name = env_id.split("/")[-1]
+    name = re.sub(r"(NoFrameskip)?(-v\d+)?$", "", name)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
+    p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
+    p.add_argument("--torch-deterministic", action=argparse.BooleanOptionalAction, default=True,
+                   help="make cudnn deterministic")
+    p.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU when there is one")
+    p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
+                   help="save the network into the run directory, then evaluate it")
+    p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
+                   help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)")
+    p.add_argument("--save-every", type=positive_int, default=100_000,
+                   help="with --save-model, also save the model every this many environment steps, over the last save")
+    p.add_argument("--eval-model", metavar="PATH",
+                   help="no training: play --eval-episodes games with a model this script saved, log their scores")
+    p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
+    p.add_argument("--eval-epsilon", type=probability, default=0.05,
+                   help="chance of a random action instead of the policy's sample in the evaluation games")
+    # Algorithm
+    p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000,
+                   help="environment steps of the run, summed over the environments")
+    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="Adam's learning rate")
+    p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True,
+                   help="lower the learning rate linearly to 0 over the run")
+    p.add_argument("--envs-count", type=positive_int, default=8, help="environments stepped together")
+    p.add_argument("--rollout-length", type=positive_int, default=128,
+                   help="steps whose transitions make one update")
+    p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
+    p.add_argument("--gae-lambda", type=probability, default=0.95,
+                   help="GAE's lambda: 0 gives the one-step TD advantage, 1 the Monte Carlo return")
+    p.add_argument("--num-minibatches", type=positive_int, default=4, help="minibatches a rollout is split into")
+    p.add_argument("--update-epochs", type=positive_int, default=4, help="passes over each rollout")
+    p.add_argument("--norm-adv", action=argparse.BooleanOptionalAction, default=True,
+                   help="normalize the advantages within each minibatch")
+    p.add_argument("--clip-coef", type=positive_float, default=0.1, help="the surrogate clipping coefficient")
+    p.add_argument("--clip-vloss", action=argparse.BooleanOptionalAction, default=True,
+                   help="clip the value loss as the policy's")
+    p.add_argument("--ent-coef", type=non_negative_float, default=0.01, help="weight of the entropy bonus")
+    p.add_argument("--vf-coef", type=non_negative_float, default=0.5, help="weight of the critic's loss")
+    p.add_argument("--max-grad-norm", type=positive_float, default=0.5, help="gradients are clipped to this norm")
+    p.add_argument("--target-kl", type=positive_float, default=None,
+                   help="stop the update's epochs early once the approximate KL passes this (default: never)")
+    args = p.parse_args(argv)
+
+    # Checks that need more than one flag, done before any long work.
+    with warnings.catch_warnings():  # ale-py warns about an unknown name; the error below says more
+        warnings.simplefilter("ignore")
+        known_game = roms.get_rom_path(rom_name(args.env_id)) is not None
+    if not known_game:
+        p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
+                f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
+    if args.capture_video:
+        try:
+            import imageio  # noqa: F401
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
+    # At most every other step of an environment only resets a game, so a rollout holds at least
+    # envs * (length // 2) real transitions: enough for every minibatch to get some.
+    if args.num_minibatches > args.envs_count * (args.rollout_length // 2):
+        p.error(f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 2) = "
+                f"{args.envs_count * (args.rollout_length // 2)}")
+    if args.eval_model is not None and (error := model_error(args.eval_model, args.env_id)):
+        p.error(f"argument --eval-model: {error}")
+    return args
+
+
+# ---------------------------------------------------------------- environment (plumbing)
+def make_env(env_id, envs_count, seed):
+    """Atari with the DeepMind preprocessing, done in C++ by ale-py.
+
+    We ask for raw rewards and real game ends (no episodic life) and derive the learning signals
+    ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
+    the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
+    the action and returns the new game's first observation. After a lost life the game goes on,
+    and the main loop presses `relaunch_action(envs)` for the agent on the next step. Each step
+    gives one frame per game, (envs, 1, 84, 84): `push_frames` stacks them."""
+    envs = CleanRLEnvs(env_id, envs_count)
+    return envs
+
+
+def relaunch_action(envs):
+    """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
+    action_set = envs.ale.get_action_set()
+    return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+
+
+def push_frames(obs, frames, starts):
+    """The stacks after a step: each drops its oldest frame and takes the step's new one, except where
+    an episode (a game or a life) starts: there, four copies of its first frame, as in the standard
+    setup. We stack frames here rather than in the emulator because it knows nothing of lives."""
+    stacks = np.concatenate([obs[:, 1:], frames], axis=1)
+    stacks[starts] = frames[starts]  # one frame spread over the four (np.where here is 40x slower)
+    return stacks
+
+
+# ---------------------------------------------------------------- network (algorithm)
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    # Orthogonal weights keep the activations' scale through the layers at the start.
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """The Nature CNN trunk with two heads: the actor's action logits and the critic's V(s)."""
+
+    def __init__(self, actions_count):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(STACK, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(3136, 512)), nn.ReLU(),
+        )
+        # A small actor head starts the policy near uniform, so every action gets tried.
+        self.actor = layer_init(nn.Linear(512, actions_count), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+
+    def forward(self, frames):
+        hidden = self.network(frames / 255.0)  # uint8 in, float32 out: one conversion, no extra copy
+        return self.actor(hidden), self.critic(hidden).squeeze(1)
+
+
+def td_target(rewards, dones, next_values, gamma):
+    """One-step TD target; no bootstrap past a terminal (a lost life or the game's end)."""
+    return rewards + gamma * next_values * (1.0 - dones)
+
+
+def gae(rewards, values, dones, valid, next_values, gamma, gae_lambda):
+    """Generalized advantage estimates of a rollout: A_t = delta_t + gamma * lambda * A_{t+1}.
+
+    delta_t, step t's TD error, is the advantage of a2c_batched.py: cheap in variance, but only as
+    right as the critic; summing the later ones with weights (gamma * lambda)^k trades some of
+    that bias for variance. rewards, values, dones and valid are (steps, envs). dones[t] is 1 when
+    step t ended the episode for learning: no bootstrap and no advantage flow back across it.
+    valid[t] is False for a step that only reset a finished game: its advantage is 0 and nothing
+    flows through it (after a time-limit truncation, the step before keeps its bootstrap from V of
+    the game's last observation). next_values is V of the observation after the last step."""
+    advantages = torch.zeros_like(rewards)
+    following = torch.zeros_like(next_values)  # A_{t+1}
+    for t in reversed(range(len(rewards))):
+        next_step_values = next_values if t == len(rewards) - 1 else values[t + 1]
+        delta = td_target(rewards[t], dones[t], next_step_values, gamma) - values[t]
+        following = (delta + gamma * gae_lambda * (1.0 - dones[t]) * following) * valid[t]
+        advantages[t] = following
+    return advantages
+
+
+# ---------------------------------------------------------------- evaluation (plumbing)
+def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
+    """Play whole games with the policy (a random action with probability epsilon); return their real scores."""
+    envs = make_env(env_id, 1, seed)
+    rng = np.random.default_rng(seed)
+    frames, infos = envs.reset(seed=seed)
+    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs)
+    restarts = np.zeros(1, dtype=bool)  # as in training: after a lost life or a game's end, relaunch
+    returns, score, video = [], 0.0, []
+    while len(returns) < episodes:
+        if restarts[0]:
+            actions = np.array([relaunch])
+        elif rng.random() < epsilon:
+            actions = rng.integers(0, envs.single_action_space.n, size=1)
+        else:
+            with torch.no_grad():
+                logits, _ = agent(torch.from_numpy(obs).to(device))
+            actions = Categorical(logits=logits).sample().cpu().numpy()
+        frames, rewards, terminations, truncations, infos = envs.step(actions)
+        obs = push_frames(obs, frames, restarts)
+        score += float(rewards[0])
+        if video_dir is not None:
+            video.append(frames[0, -1])
+        if terminations[0] or truncations[0]:
+            if video_dir is not None:
+                import imageio
+                big = [np.kron(frame, np.ones((4, 4), dtype=np.uint8)) for frame in video]  # 84x84 -> 336x336
+                imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
+            returns.append(score)
+            score, video = 0.0, []
+        restarts, lives = terminations | truncations | (infos["lives"] < lives), infos["lives"]
+    envs.close()
+    return returns
+
+
+def new_run_dir(run_name):
+    run_dir, n = os.path.join("runs", run_name), 1
+    while os.path.exists(run_dir):  # never write into an earlier run's directory
+        n += 1
+        run_dir = os.path.join("runs", f"{run_name}_{n}")
+    os.makedirs(run_dir)
+    return run_dir
+
+
+# ---------------------------------------------------------------- long runs: stop, save, watch (plumbing)
+SCRIPT = os.path.basename(__file__)  # saved with the model: only this script's network loads it
+stop_signals = []  # Ctrl-C (SIGINT) or kill (SIGTERM) once run as a script: the main loop ends at its top
+
+
+def on_stop_signal(signum, frame):
+    stop_signals.append(signum)  # no exception: nothing is cut in half, and a second one while saving waits
+
+
+def time_left(steps_left, steps_per_second):
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
+    minutes = int(max(steps_left, 0) / steps_per_second) // 60
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def save_model(network, path, env_id, actions_count):
+    """Save into a temporary file, then rename it over path: a run killed at any moment, even by
+    SIGKILL, leaves the last complete model at path, never a half-written one."""
+    # tensors, strings and plain ints only (not numpy's): what torch.load(weights_only=True) reads
+    model = {"script": SCRIPT, "env_id": env_id, "actions_count": int(actions_count), "state_dict": network.state_dict()}
+    torch.save(model, path + ".tmp")  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
+    os.replace(path + ".tmp", path)  # atomic: path holds the old model or the new one, nothing in between
+
+
+def model_error(path, env_id):
+    """Why this script cannot play env_id with the model saved at path; None when it can. The model
+    is a dict of tensors, strings and ints: weights_only loads it without running code from the file."""
+    try:
+        model = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror}"
+    except Exception:  # not a file torch.save wrote, or one holding more than tensors, strings and numbers
+        model = None
+    if not isinstance(model, dict) or "script" not in model:
+        return f"{path} is not a model saved by {SCRIPT} --save-model"
+    if model["script"] != SCRIPT:
+        return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
+    envs = make_env(env_id, 1, 0)
+    actions_count = envs.single_action_space.n
+    envs.close()
+    if model["actions_count"] != actions_count:
+        return (f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
+                f"add --env-id {model['env_id']}")
+    return None
+
+
+def evaluate_and_log(network, args, run_dir, writer, device):
+    """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores."""
+    writer.flush()
+    if signal.getsignal(signal.SIGINT) is on_stop_signal:  # only games are left, nothing to save:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or kill ends them at once, as by default
+            signal.signal(signum, signal.SIG_DFL)
+    video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
+    if video_dir:
+        os.makedirs(video_dir)
+    returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
+    for i, episodic_return in enumerate(returns):
+        writer.add_scalar("eval/episodic_return", episodic_return, i)
+    print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
+          f"(scores {', '.join(f'{r:g}' for r in returns)})", flush=True)
+
+
+# ---------------------------------------------------------------- main loop
+def main(argv=None):
+    args = parse_args(argv)
+    exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
+    run_name = f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = new_run_dir(run_name)
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    if args.eval_model is not None:  # watch a saved agent play: no training
+        model = torch.load(args.eval_model, map_location=device, weights_only=True)
+        agent = Agent(model["actions_count"]).to(device)
+        agent.load_state_dict(model["state_dict"])
+        print(f"{run_dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
+        evaluate_and_log(agent, args, run_dir, writer, device)
+        writer.close()
+        return run_dir
+
+    envs = make_env(args.env_id, args.envs_count, args.seed)
+    if not isinstance(envs.single_action_space, Discrete):
+        print(f"error: argument --env-id: this script needs a discrete action space, {args.env_id} has "
+              f"{envs.single_action_space}", file=sys.stderr)
+        sys.exit(2)
+    actions_count = envs.single_action_space.n
+    # Channels-last weights make oneDNN's CPU convolutions about 20% faster (the frames can stay
+    # as they come), and the fused Adam does its step in one pass instead of a loop of small ops.
+    agent = Agent(actions_count).to(device, memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+
+    frames, infos = envs.reset(seed=args.seed)
+    obs = frames.repeat(STACK, axis=1)  # an episode's first stack: four copies of its first frame
+    lives, relaunch = infos["lives"], relaunch_action(envs)
+    # obs ends an episode (a lost life or the game's end): the next step is not the agent's, it
+    # relaunches the game or resets a finished one; it is no transition
+    restarts = np.zeros(envs.num_envs, dtype=bool)
+    scores = np.zeros(envs.num_envs)  # the real, unclipped score of the game being played
+    lengths = np.zeros(envs.num_envs, dtype=np.int64)
+    recent_returns = collections.deque(maxlen=100)
+    # The rollout: one row per step, kept whole because PPO goes over it several times.
+    rollout_shape = (args.rollout_length, envs.num_envs)
+    rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
+    rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
+    rollout_logprobs, rollout_values, rollout_rewards, rollout_dones = (torch.zeros(rollout_shape, device=device)
+                                                                        for _ in range(4))
+    rollout_valid = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
+    step = 0  # rows of the rollout filled
+    global_step, updates = 0, 0
+    start_time = last_print = time.time()
+    recent_prints = collections.deque([(start_time, 0)], maxlen=13)  # (time, step) of about the last minute's prints
+    model_path, saved_step = os.path.join(run_dir, f"{args.exp_name}.pt"), 0
+    print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
+
+    while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
+        # ALGO LOGIC: the actor samples one action per environment; log pi(a|s) and V(s) are kept
+        obs_t = torch.from_numpy(obs).to(device)
+        with torch.no_grad():
+            logits, values = agent(obs_t)
+        dist = Categorical(logits=logits)
+        actions = dist.sample()
+        frames, rewards, terminations, truncations, infos = envs.step(np.where(restarts, relaunch, actions.cpu().numpy()))
+        global_step += np.count_nonzero(~restarts)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
+        next_obs = push_frames(obs, frames, restarts)
+
+        # A lost life is a terminal for learning; a time-limit truncation is not (we bootstrap).
+        life_lost = infos["lives"] < lives
+        dones = terminations | life_lost
+        valid = ~restarts  # False for the step that resets or relaunches the game: not a transition
+
+        # ALGO LOGIC: this step's transition, appended to the rollout
+        rollout_obs[step] = obs_t
+        rollout_actions[step] = actions
+        rollout_logprobs[step] = dist.log_prob(actions)
+        rollout_values[step] = values
+        rollout_rewards[step] = torch.from_numpy(np.sign(rewards))
+        rollout_dones[step] = torch.from_numpy(dones)
+        rollout_valid[step] = torch.from_numpy(valid)
+        step += 1
+
+        # ALGO LOGIC: a full rollout makes update_epochs passes of minibatch steps, then starts again empty
+        if step == args.rollout_length:
+            if args.anneal_lr:
+                done_fraction = (global_step - rollout_valid.sum().item()) / args.total_timesteps  # before this rollout
+                optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
+            with torch.no_grad():
+                next_values = agent(torch.from_numpy(next_obs).to(device))[1]
+            advantages = gae(rollout_rewards, rollout_values, rollout_dones, rollout_valid, next_values,
+                             args.gamma, args.gae_lambda)
+            returns = advantages + rollout_values
+            # (steps, envs) flattened into one batch, of which only the real transitions are drawn
+            b_obs, b_actions = rollout_obs.flatten(0, 1), rollout_actions.flatten()
+            b_logprobs, b_values = rollout_logprobs.flatten(), rollout_values.flatten()
+            b_advantages, b_returns = advantages.flatten(), returns.flatten()
+            real = torch.nonzero(rollout_valid.flatten()).squeeze(1)
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                for mb in torch.tensor_split(real[torch.randperm(len(real))], args.num_minibatches):
+                    # index_select copies whole observations, several times faster than b_obs[mb]
+                    new_logits, new_values = agent(b_obs.index_select(0, mb))
+                    new_dist = Categorical(logits=new_logits)
+                    log_ratio = new_dist.log_prob(b_actions[mb]) - b_logprobs[mb]
+                    ratio = log_ratio.exp()
+                    with torch.no_grad():
+                        # Two estimates of KL(pi_old || pi_new); the second is never negative and less noisy.
+                        old_approx_kl = (-log_ratio).mean()
+                        approx_kl = ((ratio - 1.0) - log_ratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
+                    mb_advantages = b_advantages[mb]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(correction=0) + 1e-8)
+                    # The larger of the plain and the clipped loss: moving the ratio past the clip
+                    # range earns nothing more, but a move that made things worse is paid in full.
+                    clipped_ratio = ratio.clamp(1.0 - args.clip_coef, 1.0 + args.clip_coef)
+                    actor_loss_batch = torch.max(-mb_advantages * ratio, -mb_advantages * clipped_ratio).mean()
+                    critic_loss = (new_values - b_returns[mb]) ** 2
+                    if args.clip_vloss:
+                        clipped_values = b_values[mb] + (new_values - b_values[mb]).clamp(-args.clip_coef, args.clip_coef)
+                        critic_loss = torch.max(critic_loss, (clipped_values - b_returns[mb]) ** 2)
+                    critic_loss_batch = 0.5 * critic_loss.mean()
+                    entropy_batch = new_dist.entropy().mean()
+                    loss = actor_loss_batch + args.vf_coef * critic_loss_batch - args.ent_coef * entropy_batch
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                    updates += 1
+                if args.target_kl is not None and approx_kl > args.target_kl:
+                    break
+            step = 0
+            # How much of the returns' variance the critic explained before the update (1 is all of it)
+            returns_var = b_returns[real].var()
+            explained_var = 1.0 - (b_returns[real] - b_values[real]).var() / returns_var if returns_var > 0 else np.nan
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", critic_loss_batch.item(), global_step)
+            writer.add_scalar("losses/policy_loss", actor_loss_batch.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
+            writer.add_scalar("losses/explained_variance", float(explained_var), global_step)
+
+        # Logging: the whole game's real score, as CleanRL logs it
+        scores += rewards
+        lengths += valid
+        restarts, lives = life_lost | terminations | truncations, infos["lives"]
+        for e in np.flatnonzero(terminations | truncations):
+            writer.add_scalar("charts/episodic_return", scores[e], global_step)
+            writer.add_scalar("charts/episodic_length", lengths[e], global_step)
+            recent_returns.append(scores[e])
+            scores[e], lengths[e] = 0.0, 0
+        obs = next_obs
+
+        if time.time() - last_print > 5 or global_step >= args.total_timesteps:
+            last_print = time.time()
+            sps = global_step / (last_print - start_time)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+            # Time left at the rate of about the last minute: the run's average would count a fast start
+            # (DQN's warm-up, without gradient updates, is 10-20 times faster than its learning)
+            recent_prints.append((last_print, global_step))
+            rate = (global_step - recent_prints[0][1]) / (last_print - recent_prints[0][0])
+            print(f"step {global_step:,}/{args.total_timesteps:,} | {rate:,.0f} steps/s | "
+                  f"{time_left(args.total_timesteps - global_step, rate)} left"
+                  f" | updates {updates:,} | mean return (last {len(recent_returns)} games) {mean_return}", flush=True)
+        # A checkpoint each time the run passes a multiple of --save-every steps
+        if args.save_model and global_step // args.save_every > saved_step // args.save_every:
+            save_model(agent, model_path, args.env_id, actions_count)
+            saved_step = global_step
+    envs.close()
+
+    if stop_signals:  # Ctrl-C or kill: save, flush and end here; the evaluation games are skipped
+        print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {global_step:,}", flush=True)
+    if args.save_model:
+        save_model(agent, model_path, args.env_id, actions_count)
+        print(f"model saved to {model_path} (watch it: python {SCRIPT} --eval-model {model_path})", flush=True)
+    if args.save_model and not stop_signals:
+        evaluate_and_log(agent, args, run_dir, writer, device)
+    writer.close()
+    if stop_signals:
+        sys.exit(128 + stop_signals[0])  # 130 after Ctrl-C, 143 after kill: what a shell reports for them
+    return run_dir
+
+
+if __name__ == "__main__":
+    for signum in (signal.SIGINT, signal.SIGTERM):  # run as a script: Ctrl-C or kill ends the run cleanly
+        signal.signal(signum, on_stop_signal)
+    main()
