@@ -109,7 +109,7 @@ def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, on
     calls = spy_on_stacks(dqn_atari_mp, monkeypatch)
     stop, messages = threading.Event(), []
 
-    class Pipe:  # what the learner's end of the pipe does for the worker, keeping 700 steps
+    class Pipe:  # stands in for the worker's end of its pipe, and keeps 700 steps
         def send(self, message):
             messages.append(message)
             if len(messages) * dqn_atari_mp.SEND_BATCH >= 700:
