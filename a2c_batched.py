@@ -19,10 +19,10 @@ as two Adams do).
 The environments are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv,
 with the preprocessing of dqn_atari.py (done in C++). A lost life is a terminal for learning
 and rewards are clipped to their sign for learning, but `charts/episodic_return` is the whole
-game's real score. As in the standard setup, the step after a lost life presses FIRE for the
-agent (games wait for it), and every episode, a game's or a life's, starts with a stack of four
-copies of its first frame. That step, like the one that resets a finished game, is no
-transition: it adds no loss.
+game's real score. As in the standard setup, each game starts with a FIRE step and an action-2
+step played for the agent, the step after a lost life presses FIRE for it (games wait for FIRE),
+and every episode, a game's or a life's, starts with a stack of four copies of its first frame.
+Those steps, like the one that resets a finished game, are no transitions: they add no loss.
 
 Diff it against: dqn_atari.py (learning values from a replay memory instead of a policy from
 the latest steps) and ppo_atari.py (what PPO adds: GAE, the clipped objective, several epochs
@@ -148,10 +148,11 @@ def make_env(env_id, envs_count, seed):
     We ask for raw rewards and real game ends (no episodic life) and derive the learning signals
     ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
     the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
-    the action and returns the new game's first observation. After a lost life the game goes on,
+    the action and returns the new game's first observation, after 0-29 no-op frames; the main
+    loop then plays `launch_steps(envs)` steps for the agent. After a lost life the game goes on,
     and the main loop presses `relaunch_action(envs)` for the agent on the next step. Each step
     gives one frame per game, (envs, 1, 84, 84): `push_frames` stacks them."""
-    envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
+    envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=False,
                           stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
                           repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
                           episodic_life=False, life_loss_info=False, reward_clipping=False)
@@ -162,6 +163,13 @@ def relaunch_action(envs):
     """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
     action_set = envs.ale.get_action_set()
     return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+
+
+def launch_steps(envs):
+    """The steps the main loop plays for the agent at each game's start, after the reset's 0-29 no-op
+    frames: as CleanRL's FireResetEnv, a FIRE step then an action-2 step where the game has FIRE."""
+    action_set = envs.ale.get_action_set()
+    return 2 if Action.FIRE in action_set and len(action_set) >= 3 else 0
 
 
 def push_frames(obs, frames, starts):
@@ -213,12 +221,13 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
     frames, infos = envs.reset(seed=seed)
-    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs)
-    restarts = np.zeros(1, dtype=bool)  # as in training: after a lost life or a game's end, relaunch
+    obs, lives, relaunch, launch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs), launch_steps(envs)
+    launch_left = np.full(1, launch)  # as in training: launch each game, relaunch after a lost life
+    restarts, resets = launch_left > 0, np.zeros(1, dtype=bool)
     returns, score, video = [], 0.0, []
     while len(returns) < episodes:
         if restarts[0]:
-            actions = np.array([relaunch])
+            actions = np.array([2 if launch_left[0] == 1 else relaunch])
         elif rng.random() < epsilon:
             actions = rng.integers(0, envs.single_action_space.n, size=1)
         else:
@@ -237,7 +246,9 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
             score, video = 0.0, []
-        restarts, lives = terminations | truncations | (infos["lives"] < lives), infos["lives"]
+        launch_left = np.where(resets, launch, np.maximum(launch_left - 1, 0))
+        resets = terminations | truncations
+        restarts, lives = resets | (infos["lives"] < lives) | (launch_left > 0), infos["lives"]
     envs.close()
     return returns
 
@@ -349,10 +360,11 @@ def main(argv=None):
 
     frames, infos = envs.reset(seed=args.seed)
     obs = frames.repeat(STACK, axis=1)  # an episode's first stack: four copies of its first frame
-    lives, relaunch = infos["lives"], relaunch_action(envs)
-    # obs ends an episode (a lost life or the game's end): the next step is not the agent's, it
-    # relaunches the game or resets a finished one; it is no transition
-    restarts = np.zeros(envs.num_envs, dtype=bool)
+    lives, relaunch, launch = infos["lives"], relaunch_action(envs), launch_steps(envs)
+    # Steps that are not the agent's, and no transitions: each game's first `launch` steps (FIRE, then
+    # action 2), the step after a lost life (it relaunches the game) and after a game's end (the reset)
+    launch_left = np.full(envs.num_envs, launch)  # the launch steps each game has still to play
+    restarts, resets = launch_left > 0, np.zeros(envs.num_envs, dtype=bool)
     scores = np.zeros(envs.num_envs)  # the real, unclipped score of the game being played
     lengths = np.zeros(envs.num_envs, dtype=np.int64)
     recent_returns = collections.deque(maxlen=100)
@@ -368,7 +380,8 @@ def main(argv=None):
         # ALGO LOGIC: the actor samples one action per environment
         dist = Categorical(logits=logits)
         actions = dist.sample()
-        frames, rewards, terminations, truncations, infos = envs.step(np.where(restarts, relaunch, actions.cpu().numpy()))
+        played = np.where(restarts, np.where(launch_left == 1, 2, relaunch), actions.cpu().numpy())
+        frames, rewards, terminations, truncations, infos = envs.step(played)
         global_step += np.count_nonzero(~restarts)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
         next_obs = push_frames(obs, frames, restarts)
 
@@ -416,7 +429,9 @@ def main(argv=None):
         # Logging: the whole game's real score, as CleanRL logs it
         scores += rewards
         lengths += valid
-        restarts, lives = life_lost | terminations | truncations, infos["lives"]
+        launch_left = np.where(resets, launch, np.maximum(launch_left - 1, 0))  # the step that reset a game: launch it
+        resets = terminations | truncations  # the next step resets these games
+        restarts, lives = life_lost | resets | (launch_left > 0), infos["lives"]
         for e in np.flatnonzero(terminations | truncations):
             writer.add_scalar("charts/episodic_return", scores[e], global_step)
             writer.add_scalar("charts/episodic_length", lengths[e], global_step)

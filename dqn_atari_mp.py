@@ -13,11 +13,12 @@ one message, so workers wait for the learner rather than run ahead of it.
 
 The environment is ale-py's AtariVectorEnv with one element: the emulator and the standard
 DeepMind preprocessing run in C++ (no-ops on reset, frame skip 4 with a max over the last two
-frames, FIRE on reset, 84x84 grayscale, 4 stacked frames). A lost life ends the episode for
-learning and rewards are clipped to their sign for learning, but `charts/episodic_return` is
-the whole game's real score. As in the standard setup, the step after a lost life presses FIRE
-for the agent (games wait for it) and is no transition, and every episode, a game's or a life's,
-starts with a stack of four copies of its first frame.
+frames, 84x84 grayscale). A lost life ends the episode for learning and rewards are clipped to
+their sign for learning, but `charts/episodic_return` is the whole game's real score. As in the
+standard setup, each game starts with a FIRE step and an action-2 step played for the agent, the
+step after a lost life presses FIRE for it (games wait for FIRE), none of these steps is a
+transition, and every episode, a game's or a life's, starts with a stack of four copies of its
+first frame.
 
 The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
 dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
@@ -169,10 +170,11 @@ def make_env(env_id, envs_count, seed):
     We ask for raw rewards and real game ends (no episodic life) and derive the learning signals
     ourselves: clipped rewards and life-loss terminals for learning, the whole game's score for
     the logs. A finished game is reset on the *next* step (gymnasium's default): that step ignores
-    the action and returns the new game's first observation. After a lost life the game goes on,
+    the action and returns the new game's first observation, after 0-29 no-op frames; the main
+    loop then plays `launch_steps(envs)` steps for the agent. After a lost life the game goes on,
     and the main loop presses `relaunch_action(envs)` for the agent on the next step. Each step
     gives one frame per game, (envs, 1, 84, 84): `push_frames` stacks them."""
-    envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
+    envs = AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=False,
                           stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
                           repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
                           episodic_life=False, life_loss_info=False, reward_clipping=False)
@@ -183,6 +185,13 @@ def relaunch_action(envs):
     """FIRE where the game has it: Breakout and others stand still after a lost life until it is pressed."""
     action_set = envs.ale.get_action_set()
     return action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+
+
+def launch_steps(envs):
+    """The steps the main loop plays for the agent at each game's start, after the reset's 0-29 no-op
+    frames: as CleanRL's FireResetEnv, a FIRE step then an action-2 step where the game has FIRE."""
+    action_set = envs.ale.get_action_set()
+    return 2 if Action.FIRE in action_set and len(action_set) >= 3 else 0
 
 
 def push_frames(obs, frames, starts):
@@ -303,20 +312,24 @@ def worker(index, args, acting_network, pipe, shared_step, stop):
     rng = np.random.default_rng(args.seed + index)
     frames, infos = envs.reset(seed=args.seed + index)
     obs = frames.repeat(STACK, axis=1)  # an episode's first stack: four copies of its first frame
-    lives, relaunch, batch = infos["lives"], relaunch_action(envs), []
-    starts, restarts = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)  # as in dqn_atari.py's main loop
+    lives, relaunch, launch, batch = infos["lives"], relaunch_action(envs), launch_steps(envs), []
+    launch_left = np.full(1, launch)  # as in dqn_atari.py's main loop
+    starts, restarts, resets = np.ones(1, dtype=bool), launch_left > 0, np.zeros(1, dtype=bool)
     while not stop.is_set():
         # ALGO LOGIC: epsilon follows the global transition count kept by the learner. The learner may
         # be copying new weights in as we act: a forward pass on half-new weights is harmless here.
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value)
         actions = epsilon_greedy(acting_network, obs, epsilon, envs.single_action_space.n, rng, "cpu")
-        actions[restarts] = relaunch  # not the agent's step: FIRE after a lost life (a reset ignores it)
+        # not the agent's step: FIRE after a lost life (a reset ignores it), FIRE then 2 at a game's start
+        actions = np.where(restarts, np.where(launch_left == 1, 2, relaunch), actions)
         frames, rewards, terminations, truncations, infos = envs.step(actions)
         life_lost = infos["lives"] < lives
         batch.append((obs[0, -1], actions[0], rewards[0], (terminations | life_lost)[0], ~restarts[0], starts[0],
                       (terminations | truncations)[0]))
         next_obs = push_frames(obs, frames, restarts)
-        starts, restarts = restarts, life_lost | terminations | truncations
+        launch_left = np.where(resets, launch, np.maximum(launch_left - 1, 0))
+        resets = terminations | truncations
+        starts, restarts = restarts, life_lost | resets | (launch_left > 0)
         lives, obs = infos["lives"], next_obs
         if len(batch) == SEND_BATCH:
             message, batch = (index, *map(np.array, zip(*batch))), []
@@ -342,12 +355,13 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
     frames, infos = envs.reset(seed=seed)
-    obs, lives, relaunch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs)
-    restarts = np.zeros(1, dtype=bool)  # as in training: after a lost life or a game's end, relaunch
+    obs, lives, relaunch, launch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs), launch_steps(envs)
+    launch_left = np.full(1, launch)  # as in training: launch each game, relaunch after a lost life
+    restarts, resets = launch_left > 0, np.zeros(1, dtype=bool)
     returns, score, video = [], 0.0, []
     while len(returns) < episodes:
         if restarts[0]:
-            actions = np.array([relaunch])
+            actions = np.array([2 if launch_left[0] == 1 else relaunch])
         elif rng.random() < epsilon:
             actions = rng.integers(0, envs.single_action_space.n, size=1)
         else:
@@ -364,7 +378,9 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)
             score, video = 0.0, []
-        restarts, lives = terminations | truncations | (infos["lives"] < lives), infos["lives"]
+        launch_left = np.where(resets, launch, np.maximum(launch_left - 1, 0))
+        resets = terminations | truncations
+        restarts, lives = resets | (infos["lives"] < lives) | (launch_left > 0), infos["lives"]
     envs.close()
     return returns
 

@@ -1,4 +1,5 @@
-"""The standard Atari setup, as all five scripts build it on real Breakout: after a lost life the
+"""The standard Atari setup, as all five scripts build it on real Breakout: a game starts with
+no-op frames, then a FIRE step and an action-2 step played for the agent; after a lost life the
 game is relaunched for the agent (whatever it does), and every episode, a game's or a life's,
 starts with a stack of four copies of its first frame."""
 import signal
@@ -23,6 +24,7 @@ SCRIPTS = [dqn_atari, dqn_atari_vec, dqn_atari_mp, a2c_batched, ppo_atari]
 # until the time limit (27,000 steps).
 NOOP_GAME_STEPS = 200
 RELAUNCH_STEPS = 1  # the step after a lost life (FIRE) or after a game's end (the reset)
+LAUNCH_STEPS = 2  # a game's start, after the reset: FIRE, then action 2 (CleanRL's FireResetEnv)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
@@ -66,9 +68,13 @@ def check_noop_games(calls, lengths, scalars=None, total=None):
     stacks = np.stack([c[1] for c in calls])
     frames = np.stack([c[2] for c in calls])
     assert starts.sum() >= 5 * len(lengths) - len(starts[0]), "a start for every life of every game"
-    for column in starts.T:  # every relaunch is one step long, never two in a row
+    for column in starts.T:
         edges = np.flatnonzero(np.diff(np.concatenate([[0], column.astype(int), [0]])))
-        assert (edges[1::2] - edges[::2] == RELAUNCH_STEPS).all()
+        runs = edges[1::2] - edges[::2]  # lengths of the runs of steps that were not the agent's
+        assert edges[0] == 0 and runs[0] == LAUNCH_STEPS, "the first game is launched before the agent acts"
+        # after a lost life the relaunch; after a game's end the reset, then the launch (the run's end may cut one)
+        assert set(runs[1:-1]) <= {RELAUNCH_STEPS, RELAUNCH_STEPS + LAUNCH_STEPS}, runs
+        assert RELAUNCH_STEPS + LAUNCH_STEPS in runs, "a game ended and the next one was launched"
     np.testing.assert_array_equal(stacks[starts], np.repeat(frames[starts], 4, axis=1))
     # elsewhere a stack is the previous one shifted by a frame: no episode reaches into another
     later = starts[1:]
@@ -126,9 +132,26 @@ def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, on
     check_noop_games(calls[:len(ends)], lengths)
 
 
+class Recorder:
+    """The script's real environment, with the actions it was given kept in `played`."""
+
+    def __init__(self, envs):
+        self.envs, self.played = envs, []
+
+    def __getattr__(self, name):
+        return getattr(self.envs, name)
+
+    def step(self, actions):
+        self.played.append(int(actions[0]))
+        return self.envs.step(actions)
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
-def test_evaluation_relaunches_every_life(script, one_torch_thread):
-    """The evaluation games of a never-moving agent end as training's do, and start with fresh stacks."""
+def test_evaluation_launches_every_game_and_relaunches_every_life(script, one_torch_thread, monkeypatch):
+    """The evaluation games of a never-moving agent end as training's do, and start with fresh stacks:
+    each game with FIRE and action 2 played for the agent, as CleanRL's FireResetEnv does."""
+    recorders, make_env = [], script.make_env
+    monkeypatch.setattr(script, "make_env", lambda *args: recorders.append(Recorder(make_env(*args))) or recorders[-1])
     seen = []
 
     def noop_policy(obs):
@@ -139,6 +162,11 @@ def test_evaluation_relaunches_every_life(script, one_torch_thread):
     returns = script.evaluate(noop_policy, "BreakoutNoFrameskip-v4", 5, 2, 0.0, "cpu")
     assert len(returns) == 2 and len(seen) <= 2 * NOOP_GAME_STEPS, len(seen)
     assert (seen[0] == seen[0][:, -1:]).all(), "the first stack is four copies of the game's first frame"
+    played = np.array(recorders[0].played)  # FIRE is 1 in Breakout; the agent only ever plays 0
+    assert played[:2].tolist() == [1, 2], "FIRE, then action 2, before the agent's first step"
+    launches = np.flatnonzero(played == 2)
+    assert len(launches) == 2 and (played[launches - 1] == 1).all(), "each game launched: FIRE, then action 2"
+    assert (played == 1).sum() >= 2 * 5, "a FIRE for every life of both games"
 
 
 def test_gray_frame_is_cleanrls_gray_to_one_level():
