@@ -304,7 +304,8 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     envs = make_env(env_id, 1, seed)
     rng = np.random.default_rng(seed)
     frames, infos = envs.reset(seed=seed)
-    obs, lives, relaunch, launch = frames.repeat(STACK, axis=1), infos["lives"], relaunch_action(envs), launch_steps(envs)
+    obs, lives = frames.repeat(STACK, axis=1), infos["lives"]
+    relaunch, launch = relaunch_action(envs), launch_steps(envs)
     launch_left = np.full(1, launch)  # as in training: launch each game, relaunch after a lost life
     restarts, resets = launch_left > 0, np.zeros(1, dtype=bool)
     returns, score, video = [], 0.0, []
