@@ -504,6 +504,10 @@ def main(argv=None):
     # through a message, closes its pipe, and the learner reads an end (EOFError). With one queue
     # shared by all workers, the learner would wait forever for the rest of that message.
     pipes, workers = [], []
+    # A terminal's Ctrl-C goes to every process of the run. Ignored here while the workers start, it
+    # stays ignored in them from their first instruction (an ignored signal survives exec), so one
+    # still importing torch cannot die of it or print a traceback: stopping them is the learner's job.
+    learner_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     for index in range(args.workers_count):
         pipe, worker_end = context.Pipe(duplex=False)
         workers.append(context.Process(target=worker, args=(index, args, acting_network, worker_end, shared_step, stop),
@@ -511,6 +515,7 @@ def main(argv=None):
         workers[-1].start()
         worker_end.close()
         pipes.append(pipe)
+    signal.signal(signal.SIGINT, learner_handler)
     ready = collections.deque()  # pipes with a message waiting, served in turn so that every worker gets its say
 
     scores = np.zeros(args.workers_count)  # the real, unclipped score of each worker's current game

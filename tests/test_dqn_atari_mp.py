@@ -111,6 +111,25 @@ def test_ctrl_c_stops_everything_flushes_and_saves(tmp_path):
     assert "charts/SPS" in scalars and "charts/updates" in scalars
 
 
+def test_ctrl_c_while_the_workers_start_stops_quietly(tmp_path):
+    """A terminal's Ctrl-C goes to the whole process group: workers still importing torch must not
+    print a KeyboardInterrupt traceback; the learner alone handles it."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "dqn_atari_mp.py"), "--total-timesteps", "1000000"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # a process group of its own, as a terminal's job
+    workers = [pid for pid in wait_for_workers(proc, 2) if is_worker(pid)]  # seen within 0.2 s of their start
+    for pid in workers:  # they ignore SIGINT from the start, long before their imports are done
+        with open(f"/proc/{pid}/status") as f:
+            ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
+        assert ignored & (1 << (signal.SIGINT - 1)), "a starting worker would die of Ctrl-C"
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.time()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "stopped by SIGINT" in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    assert all_gone(workers, within=sent + 30 - time.time())
+
+
 def test_a_killed_worker_stops_the_run(tmp_path):
     proc = start(["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000",
                   "--workers-count", "3"], tmp_path)
