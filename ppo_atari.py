@@ -427,6 +427,7 @@ def main(argv=None):
             logits, values = agent(obs_t)
         dist = Categorical(logits=logits)
         actions = dist.sample()
+        # not the agent's step: FIRE after a lost life (a reset ignores it), FIRE then 2 at a game's start
         played = np.where(restarts, np.where(launch_left == 1, 2, relaunch), actions.cpu().numpy())
         frames, rewards, terminations, truncations, infos = envs.step(played)
         global_step += np.count_nonzero(~restarts)  # the agent's steps: as in CleanRL, a relaunch or reset is not one
