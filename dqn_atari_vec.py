@@ -199,20 +199,16 @@ def td_target(rewards, dones, next_q_max, gamma):
 class ReplayMemory:
     """A ring of single frames: 7 KB a transition instead of 56 KB for two stacked observations.
 
-    Row t, column e holds what environment e saw at its t-th step: the newest frame of the
-    observation, the action taken, the clipped reward, whether that transition ended the episode
-    for learning (`dones`), whether it is a real transition (`valid` is False for a step played
-    for the agent) and whether the frame opened an episode (`firsts`). Stacks are rebuilt when
-    sampling as AtariGames builds them: the episode's first frame stands in for the frames before it."""
+    Row t, column e holds what environment e saw at its t-th step: the observation's newest frame,
+    the action, the clipped reward, whether the episode ended there for learning (`dones`), whether
+    it is a transition (`valid`: not a step played for the agent) and whether the frame opened an
+    episode (`firsts`): there the episode's first frame stands in for the frames before it."""
 
     def __init__(self, capacity, envs_count):
         self.rows = capacity // envs_count
         self.frames = np.zeros((self.rows, envs_count, *FRAME_SHAPE), dtype=np.uint8)
-        self.actions = np.zeros((self.rows, envs_count), dtype=np.uint8)
-        self.rewards = np.zeros((self.rows, envs_count), dtype=np.int8)
-        self.dones = np.zeros((self.rows, envs_count), dtype=bool)
-        self.valid = np.zeros((self.rows, envs_count), dtype=bool)
-        self.firsts = np.zeros((self.rows, envs_count), dtype=bool)
+        self.actions, self.rewards = (np.zeros((self.rows, envs_count), dtype=kind) for kind in (np.uint8, np.int8))
+        self.dones, self.valid, self.firsts = (np.zeros((self.rows, envs_count), dtype=bool) for _ in range(3))
         self.pos, self.full = 0, False
 
     def add(self, frames, actions, rewards, dones, valid, firsts):
@@ -255,8 +251,7 @@ class ReplayMemory:
 def main(argv=None):
     args = parse_args(argv)
     exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
-    run_name = f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}"
-    run_dir = new_run_dir(run_name)
+    run_dir = new_run_dir(f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}")
     writer = SummaryWriter(run_dir)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
 
@@ -414,7 +409,7 @@ def time_left(steps_left, steps_per_second):
 class Progress:
     """Every 5 s a line (steps/s, time left, updates, mean return of the last 100 games), charts/SPS and
     the charts given. Time left is at the rate of about the last minute, not the run's average; after
-    `warm_up` steps (DQN's learning starts, 10-20 times slower), that rate starts again."""
+    `warm_up` steps (a warm-up without updates, 10-20 times faster), that rate starts again."""
 
     def __init__(self, writer, total_timesteps, warm_up=None):
         self.writer, self.total, self.warm_up = writer, total_timesteps, warm_up
@@ -428,11 +423,11 @@ class Progress:
             self.writer.add_scalar("charts/SPS", step / (self.last_print - self.start_time), step)
             for tag, value in dict(charts).items():
                 self.writer.add_scalar(tag, value, step)
-            mean_return = f"{np.mean(self.returns):.1f}" if self.returns else "-"
             self.recent_prints.append((self.last_print, step))
             rate = (step - self.recent_prints[0][1]) / (self.last_print - self.recent_prints[0][0])
             print(f"step {step:,}/{self.total:,} | {rate:,.0f} steps/s | {time_left(self.total - step, rate)} left"
-                  f" | updates {updates:,} | mean return (last {len(self.returns)} games) {mean_return}", flush=True)
+                  f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
+                  f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}", flush=True)
         if self.warm_up is not None and updates and self.recent_prints[0][1] <= self.warm_up:
             self.last_print = time.time()
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
@@ -534,12 +529,10 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     games, rng = AtariGames(env_id, 1, seed), np.random.default_rng(seed)
     returns, video = [], []
     while len(returns) < episodes:
-        actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
-        if games.valid[0] and rng.random() < epsilon:
-            actions = rng.integers(0, games.action_space.n, size=1)
-        elif games.valid[0]:
-            with torch.no_grad():
-                actions = q_network(torch.from_numpy(games.obs).to(device)).argmax(1).cpu().numpy()
+        explore = games.valid[0] and rng.random() < epsilon  # no draw where the step is played for the agent
+        with torch.no_grad():
+            actions = q_network(torch.from_numpy(games.obs).to(device)).argmax(1).cpu().numpy()
+        actions = rng.integers(0, games.action_space.n, size=1) if explore else actions
         games.send(actions)
         _, _, finished = games.recv()
         video.append(games.obs[0, -1])

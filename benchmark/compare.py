@@ -11,7 +11,8 @@ video) form one row: their return is shown as mean ± std over the seeds (each s
 mean of its last --last games). The implementation column names
 the flags in which rows of one script differ. --reach SCORE adds the wall-clock minutes until the
 mean of the last --last games first reaches SCORE. The plot (needs matplotlib) draws the return
-against steps and against wall-clock time, side by side, one line per run, smoothed over 100 games.
+against steps, against wall-clock time and against gradient updates, side by side, one line per run,
+smoothed over 100 games; the updates panel shows the DQN scripts' runs only (see updates_at).
 """
 import argparse
 import json
@@ -178,8 +179,18 @@ def table(runs, last=100, reach=None):
     return "\n".join(lines)
 
 
+def updates_at(params, steps):
+    """Gradient updates made by each of these global steps, or None for a script without the DQN
+    scripts' rule (a2c_batched, ppo_atari). The DQN scripts make one update per learn_steps_period
+    steps once global_step > learning_starts, catching up before they log the step's games: from the
+    hyperparameters every run records, so the CSVs need no column of updates."""
+    if "learning_starts" not in params or "learn_steps_period" not in params:
+        return None
+    return np.maximum(np.asarray(steps, dtype=np.int64) - int(params["learning_starts"]), 0) // int(params["learn_steps_period"])
+
+
 def plot(runs, path, plt, reach=None):
-    figure, (by_steps, by_time) = plt.subplots(1, 2, figsize=(13, 4.5))
+    figure, (by_steps, by_time, by_updates) = plt.subplots(1, 3, figsize=(19, 4.5))
     # minutes for runs under two hours, to read --reach's column off the plot
     longest = max([run["curve"][1][-1] for run in runs if run["curve"][1]] or [0])
     scale, unit = (60, "minutes") if longest < 2 * 3600 else (3600, "hours")
@@ -197,11 +208,18 @@ def plot(runs, path, plt, reach=None):
             shown = f"{label} ({parallel}{period})" if seed == 0 else None
             by_steps.plot(steps[window - 1:], smooth, color=f"C{color}", label=shown)
             by_time.plot(times[window - 1:] / scale, smooth, color=f"C{color}")
+            updates = updates_at(params, steps)
+            if updates is not None:
+                by_updates.plot(updates[window - 1:], smooth, color=f"C{color}")
     if reach is not None:
-        for axes in (by_steps, by_time):
+        for axes in (by_steps, by_time, by_updates):
             axes.axhline(reach, color="gray", linestyle="--", linewidth=1)
+    # the scripts whose updates are not known from their hyperparameters: named, so their absence is not read as a result
+    left_out = sorted({run["params"].get("exp_name", run["name"]) for run in runs if updates_at(run["params"], []) is None})
     by_steps.set(xlabel="environment steps", ylabel="episodic return (mean of 100 games)", title="against steps")
     by_time.set(xlabel=f"wall-clock {unit}", title="against time")
+    by_updates.set(xlabel="gradient updates", title="against gradient updates"
+                   + (f" ({', '.join(left_out)} not shown)" if left_out else ""))
     by_steps.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)

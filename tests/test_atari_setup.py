@@ -40,10 +40,11 @@ def test_push_frames_by_hand(script):
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
 def test_only_breakout_and_other_fire_games_get_fire(script):
     for game, expected in [("breakout", 1), ("pong", 1), ("freeway", 0)]:  # Freeway has no FIRE
-        envs = script.make_env(game, 1, 0)
-        action_set = envs.ale.get_action_set()
-        assert script.relaunch_action(envs) == expected and (expected == 0 or action_set[expected].name == "FIRE")
-        envs.close()
+        games = script.AtariGames(game, 1, 0)
+        action_set = games.envs.ale.get_action_set()
+        assert games.fire == expected and (expected == 0 or action_set[expected].name == "FIRE")
+        assert games.launch == ([expected, 2] if expected else [])  # FIRE, then action 2, where the game has FIRE
+        games.envs.close()
 
 
 def spy_on_stacks(script, monkeypatch):
@@ -127,9 +128,8 @@ def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, on
         dqn_atari_mp.worker(0, args, None, Pipe(), SimpleNamespace(value=0), stop)
     finally:
         signal.signal(signal.SIGINT, sigint)
-    ends = np.concatenate([m[7] for m in messages])
-    lengths = np.diff(np.flatnonzero(ends))  # steps between game ends, the relaunch steps included
-    check_noop_games(calls[:len(ends)], lengths)
+    lengths = np.array([length for m in messages for _, length in m[7]])  # the games each batch finished
+    check_noop_games(calls[:len(messages) * dqn_atari_mp.SEND_BATCH], lengths)
 
 
 class Recorder:
@@ -141,9 +141,9 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self.envs, name)
 
-    def step(self, actions):
+    def send(self, actions):
         self.played.append(int(actions[0]))
-        return self.envs.step(actions)
+        return self.envs.send(actions)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)

@@ -2,8 +2,10 @@
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -144,6 +146,69 @@ def test_compare_prints_the_table_from_real_events(sweep):
     assert reference[7] == f"{np.mean(run_means):.1f} ± {np.std(run_means):.1f}"
 
 
+def test_updates_at_gives_the_updates_the_runs_logged(sweep):
+    # the real scripts' charts/updates, logged with the step it was made by: the rule of updates_at
+    out, _ = sweep
+    for name in os.listdir(out / "runs"):
+        steps, updates = read_scalars(str(out / "runs" / name))["charts/updates"]
+        params = compare.read_run(out / "runs" / name)["params"]
+        assert list(compare.updates_at(params, steps)) == list(updates) and updates[-1] > 0
+
+
+def test_updates_at_counts_from_learning_starts_one_per_period():
+    params = {"exp_name": "dqn_atari_vec", "learning_starts": "300", "learn_steps_period": "4"}
+    steps = [0, 299, 300, 303, 304, 307, 308, 600]
+    assert list(compare.updates_at(params, steps)) == [0, 0, 0, 0, 1, 1, 2, 75]
+    assert list(compare.updates_at({**params, "learn_steps_period": "1"}, [300, 301, 1000])) == [0, 1, 700]
+    assert compare.updates_at({"exp_name": "ppo_atari", "envs_count": "8"}, steps) is None
+
+
+class FakeAxes:
+    """Records what compare.plot draws on one panel."""
+    def __init__(self):
+        self.lines, self.labels = [], {}
+
+    def plot(self, x, y, **kwargs):
+        self.lines.append((list(x), list(y), kwargs["color"]))
+
+    def set(self, **kwargs):
+        self.labels.update(kwargs)
+
+    def axhline(self, *args, **kwargs):
+        pass
+
+    def legend(self, **kwargs):
+        pass
+
+
+def test_compare_plot_draws_the_return_against_updates_for_dqn_runs_only(tmp_path):
+    # a fake pyplot: what the panels get is tested without matplotlib
+    panels = []
+
+    def subplots(rows, cols, figsize):
+        panels.extend(FakeAxes() for _ in range(rows * cols))
+        return types.SimpleNamespace(tight_layout=lambda: None, savefig=lambda path, dpi: open(path, "w").close()), panels
+
+    steps = [500 + 25 * i for i in range(120)]  # 120 games: 21 points of the mean of 100
+    games = [(step, i % 7, step / 10) for i, step in enumerate(steps)]
+    hand_made(tmp_path, "a1", games, learning_starts=1000, learn_steps_period=4)
+    hand_made(tmp_path, "b1", games, exp_name="dqn_atari_vec", learning_starts=3000, learn_steps_period=32, envs_count=4)
+    hand_made(tmp_path, "c1", games, exp_name="ppo_atari", envs_count=8)
+    runs = [compare.read_csv(tmp_path / f"{name}.csv") for name in ("a1", "b1", "c1")]
+    for run in runs[2:]:  # ppo_atari records neither hyperparameter
+        run["params"] = {k: v for k, v in run["params"].items() if k not in ("learning_starts", "learn_steps_period")}
+    compare.plot(runs, tmp_path / "curves.png", types.SimpleNamespace(subplots=subplots), reach=3)
+    assert len(panels) == 3 and (tmp_path / "curves.png").exists()
+    by_steps, by_time, by_updates = panels
+    assert len(by_steps.lines) == len(by_time.lines) == 3 and len(by_updates.lines) == 2
+    (a1_x, a1_y, a1_color), (b1_x, b1_y, b1_color) = by_updates.lines  # in the table's order: dqn_atari, dqn_atari_vec
+    assert a1_x == [max(0, s - 1000) // 4 for s in steps[99:]] and b1_x == [max(0, s - 3000) // 32 for s in steps[99:]]
+    assert b1_x[0] == 0 and b1_x[-1] == (3475 - 3000) // 32 and by_steps.lines[0][0] == steps[99:]  # 0 until learning starts
+    # smoothed as on the other panels, in the same row's colour
+    assert [(a1_y, a1_color), (b1_y, b1_color)] == [(y, color) for _, y, color in by_steps.lines[:2]]
+    assert by_updates.labels["xlabel"] == "gradient updates" and "ppo_atari not shown" in by_updates.labels["title"]
+
+
 def hand_made(folder, name, games, steps=4000, **flags):
     """A results CSV as docs/results/README.md describes it; games: (step, return, seconds)."""
     params = {"exp_name": "dqn_atari", "seed": "1", "env_id": "PongNoFrameskip-v4", "learning_starts": "80000",
@@ -202,13 +267,15 @@ def test_compare_pools_runs_that_passed_their_total_by_a_few_steps(tmp_path):
     assert sorted((row[2], row[3]) for row in rows) == [("2,500", "1"), ("4,000", "3")]
 
 
-def test_compare_draws_both_curves(sweep, tmp_path):
+def test_compare_draws_the_three_curves(sweep, tmp_path):
     pytest.importorskip("matplotlib")
     out, _ = sweep
     png = tmp_path / "curves.png"
     proc = run_tool("compare.py", out / "results", "--plot", png, "--reach", 1)
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    width, height = struct.unpack(">II", png.read_bytes()[16:24])  # the PNG header's size
+    assert width > 3 * height  # three panels side by side
 
 
 def test_compare_refuses_a_folder_without_runs_and_a_foreign_csv(tmp_path):

@@ -93,24 +93,16 @@ def test_rom_names():
 def play_into_replay(capacity, steps, seed=0):
     """Play Breakout at random the way the training loop does, storing into a replay; keep
     every observation so the replay's rebuilt stacks can be compared with the real ones."""
-    envs = dqn_atari.make_env("BreakoutNoFrameskip-v4", 1, seed)
+    games = dqn_atari.AtariGames("BreakoutNoFrameskip-v4", 1, seed)
     replay = dqn_atari.ReplayMemory(capacity, 1)
     rng = np.random.default_rng(seed)
-    frames, infos = envs.reset(seed=seed)
-    obs = frames.repeat(4, axis=1)
-    lives, relaunch = infos["lives"], dqn_atari.relaunch_action(envs)
-    starts, restarts = np.ones(1, bool), np.zeros(1, bool)
     history = []  # (obs, action, reward, next_obs, done, real transition) of every step
     for _ in range(steps):
-        actions = rng.integers(0, 4, size=1)
-        actions[restarts] = relaunch
-        frames, rewards, terminations, truncations, infos = envs.step(actions)
-        life_lost = infos["lives"] < lives
-        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~restarts, starts)
-        next_obs = dqn_atari.push_frames(obs, frames, restarts)
-        history.append((obs[0], actions[0], np.sign(rewards[0]), next_obs[0], (terminations | life_lost)[0], not restarts[0]))
-        starts, restarts = restarts, life_lost | terminations | truncations
-        lives, obs = infos["lives"], next_obs
+        obs, firsts, actions = games.obs, games.firsts, rng.integers(0, 4, size=1)
+        valid = games.send(actions)
+        rewards, dones, _ = games.recv()
+        replay.add(obs[:, -1], actions, rewards, dones, valid, firsts)
+        history.append((obs[0], actions[0], rewards[0], games.obs[0], dones[0], valid[0]))
     return replay, history
 
 

@@ -51,23 +51,16 @@ def test_updates_follow_learn_steps_period(envs_count, period, tmp_path):
 
 def test_replay_stacks_stay_within_one_environment():
     envs_count, capacity, steps = 3, 900, 500  # 300 rows of 3 columns: the ring wraps
-    envs = dqn_atari_vec.make_env("BreakoutNoFrameskip-v4", envs_count, 7)
+    games = dqn_atari_vec.AtariGames("BreakoutNoFrameskip-v4", envs_count, 7)
     replay = dqn_atari_vec.ReplayMemory(capacity, envs_count)
     rng = np.random.default_rng(7)
-    frames, infos = envs.reset(seed=7)
-    obs, lives, relaunch = frames.repeat(4, axis=1), infos["lives"], dqn_atari_vec.relaunch_action(envs)
-    starts, restarts = np.ones(envs_count, bool), np.zeros(envs_count, bool)
     history = []
-    for _ in range(steps):
-        actions = rng.integers(0, 4, size=envs_count)
-        actions[restarts] = relaunch
-        frames, rewards, terminations, truncations, infos = envs.step(actions)
-        life_lost = infos["lives"] < lives
-        replay.add(obs[:, -1], actions, np.sign(rewards), terminations | life_lost, ~restarts, starts)
-        next_obs = dqn_atari_vec.push_frames(obs, frames, restarts)
-        history.append((obs, next_obs))
-        starts, restarts = restarts, life_lost | terminations | truncations
-        lives, obs = infos["lives"], next_obs
+    for _ in range(steps):  # as the training loop stores them
+        obs, firsts, actions = games.obs, games.firsts, rng.integers(0, 4, size=envs_count)
+        valid = games.send(actions)
+        rewards, dones, _ = games.recv()
+        replay.add(obs[:, -1], actions, rewards, dones, valid, firsts)
+        history.append((obs, games.obs))
     assert replay.full and replay.frames.shape[:2] == (300, 3)
     rows = np.repeat(np.arange(300), envs_count)
     cols = np.tile(np.arange(envs_count), 300)

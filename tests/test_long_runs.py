@@ -222,8 +222,9 @@ def test_time_left_by_hand(script):
     assert time_left(360_000 * 100, 100) == "100h00m"
 
 
-def test_the_long_run_code_is_the_same_in_every_script():
-    for name in ["on_stop_signal", "time_left", "save_model", "model_error", "evaluate_and_log"]:
+def test_the_shared_code_is_the_same_in_every_script():
+    for name in ["rom_name", "make_env", "push_frames", "AtariGames", "number_type", "new_run_dir", "time_left", "Progress",
+                 "on_stop_signal", "Checkpoints", "model_error", "watch_saved_model", "evaluate_and_log"]:
         sources = {script: inspect.getsource(getattr(module(script), name)) for script in SCRIPTS}
         assert len(set(sources.values())) == 1, name
 
