@@ -9,6 +9,7 @@
 (c) each script's steps/s in the warm-up phase (before learning starts, epsilon near 1 as in the
     first 80,000 steps of a default run);
 (d) the bare emulator: ale-py's AtariVectorEnv with random actions and nothing else;
+(with --all, the vectorized script's learning phase at K=32 and K=4 too: the seed notes' question in time;)
 (e) the replay memory's bytes per transition.
 Rates come from the wall-clock times of the scripts' own TensorBoard events, so start-up is excluded.
 """
@@ -124,6 +125,15 @@ def main():
         vec_warm = phase_rate("dqn_atari_vec.py", warm + ["--envs-count", "8"], learning=False)
         rows.append(("dqn_atari_vec.py --envs-count 8, warm-up (steps/s)", f"{vec_warm:,.0f}",
                      f"{vec_warm / env_8:.0%} of the bare emulator (target >= 3,500 steps/s)"))
+        # the vectorized script's learning phase at the notes' K=32 and at K=4 (as many updates per step as the reference);
+        # K=32 runs its 4,000 learning steps in seconds: 16,000 give it several progress lines
+        vec_learn_32 = phase_rate("dqn_atari_vec.py", learn + ["--envs-count", "8", "--learn-steps-period", "32",
+                                                               "--total-timesteps", "17000"], learning=True)
+        vec_learn_4 = phase_rate("dqn_atari_vec.py", learn + ["--envs-count", "8"], learning=True)
+        rows += [("dqn_atari_vec.py --envs-count 8 --learn-steps-period 32, learning (steps/s)", f"{vec_learn_32:,.0f}",
+                  f"{vec_learn_32 / learning:.2f} x dqn_atari.py, with 8 x fewer updates a step"),
+                 ("dqn_atari_vec.py --envs-count 8 --learn-steps-period 4, learning (steps/s)", f"{vec_learn_4:,.0f}",
+                  f"{vec_learn_4 / learning:.2f} x dqn_atari.py, as many updates a step")]
         mp_warm = phase_rate("dqn_atari_mp.py", warm + ["--workers-count", "2"], learning=False)
         mp_learn = float(np.mean(mp_learning_runs))
         rows += [("dqn_atari_mp.py --workers-count 2, warm-up (steps/s)", f"{mp_warm:,.0f}",
