@@ -8,11 +8,12 @@ Runs of any of the five scripts can be compared, from their run directories (Ten
 or from the CSVs sweep.py and --export write; a run found both ways counts once. Runs whose
 hyperparameters differ only by --seed (or by flags that change nothing learnt: saving, watching,
 video) form one row: their return is shown as mean ± std over the seeds (each seed's value is the
-mean of its last --last games). The implementation column names
-the flags in which rows of one script differ. --reach SCORE adds the wall-clock minutes until the
-mean of the last --last games first reaches SCORE. The plot (needs matplotlib) draws the return
-against steps, against wall-clock time and against gradient updates, side by side, one line per run,
-smoothed over 100 games; the updates panel shows the DQN scripts' runs only (see updates_at).
+mean of its last --last games). The implementation column names the flags in which rows of one
+script differ. --reach SCORE adds the steps (with the DQN scripts' gradient updates) and the
+wall-clock minutes until the mean of the last --last games first reaches SCORE. The plot (needs
+matplotlib) draws the return against steps, against wall-clock time and against gradient updates,
+side by side, one line per run, smoothed over 100 games; the updates panel shows the DQN scripts'
+runs only (see updates_at).
 """
 import argparse
 import json
@@ -108,14 +109,14 @@ def read_csv(path):
     }
 
 
-def minutes_to(run, score, last):
-    """Wall-clock minutes until the mean of `last` consecutive games first reaches score; None if never."""
-    returns, seconds = np.array(run["curve"][2]), np.array(run["curve"][1])
+def reached_at(run, score, last):
+    """Index of the game that makes the mean of `last` consecutive games first reach score; None if never."""
+    returns = np.array(run["curve"][2])
     if len(returns) < last:
         return None
     sums = np.convolve(returns, np.ones(last), mode="valid")  # sums, not means: exact for whole scores
     hits = np.flatnonzero(sums >= score * last)
-    return seconds[hits[0] + last - 1] / 60 if len(hits) else None
+    return hits[0] + last - 1 if len(hits) else None
 
 
 def steps_run(run):
@@ -149,20 +150,25 @@ def hours(seconds):
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
-def reach_cell(group, score, last):
-    minutes = [m for m in (minutes_to(run, score, last) for run in group) if m is not None]
-    if not minutes:
-        return "not reached"
-    shown = f"{np.mean(minutes):.1f}"
-    return shown if len(minutes) == len(group) else f"{len(minutes)}/{len(group)} reached: {shown}"
+def reach_cells(group, score, last):
+    """The steps (with the DQN scripts' gradient updates) and the wall-clock minutes until a run's
+    mean return first reaches score, averaged over the seeds that got there."""
+    reached = [(run, i) for run, i in ((run, reached_at(run, score, last)) for run in group) if i is not None]
+    if not reached:
+        return "not reached", "not reached"
+    steps = np.mean([run["curve"][0][i] for run, i in reached])
+    updates = [updates_at(run["params"], run["curve"][0][i]) for run, i in reached]
+    minutes = np.mean([run["curve"][1][i] / 60 for run, i in reached])
+    cells = (f"{steps:,.0f}" + ("" if None in updates else f" ({np.mean(updates):,.0f} updates)"), f"{minutes:.1f}")
+    return cells if len(reached) == len(group) else tuple(f"{len(reached)}/{len(group)} reached: {cell}" for cell in cells)
 
 
 def table(runs, last=100, reach=None):
     """Markdown rows, one per setting, seeds pooled."""
     lines = [f"| implementation | game | steps | seeds | envs_count (workers_count) | learn_steps_period | "
              f"gradient updates | episodic_return, last {last} games | steps/s | wall-clock |"
-             + (f" minutes to {reach:g} |" if reach is not None else ""),
-             "|---" * (10 + (reach is not None)) + "|"]
+             + (f" steps to {reach:g} | minutes to {reach:g} |" if reach is not None else ""),
+             "|---" * (10 + 2 * (reach is not None)) + "|"]
     for label, group in settings(runs):
         params = group[0]["params"]
         returns = np.array([np.mean(run["curve"][2][-last:]) if run["curve"][2] else np.nan for run in group])
@@ -175,7 +181,7 @@ def table(runs, last=100, reach=None):
                      f"{params.get('workers_count', params.get('envs_count', '1'))} | "
                      f"{params.get('learn_steps_period', '-')} | {f'{int(np.mean(updates)):,}' if updates else '-'} | "
                      f"{shown} | {sps:,.0f} | {hours(seconds)} |"
-                     + (f" {reach_cell(group, reach, last)} |" if reach is not None else ""))
+                     + (" {} | {} |".format(*reach_cells(group, reach, last)) if reach is not None else ""))
     return "\n".join(lines)
 
 
@@ -237,7 +243,7 @@ def main(argv=None):
     p.add_argument("runs_dirs", nargs="+", metavar="RUN", help="run directories, results CSVs, or folders holding them")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the learning curves into this file")
     p.add_argument("--last", type=positive_int, default=100, help="games averaged for the return and for --reach")
-    p.add_argument("--reach", type=float, metavar="SCORE", help="add the minutes until the mean return reaches SCORE")
+    p.add_argument("--reach", type=float, metavar="SCORE", help="add the steps and minutes until the mean return reaches SCORE")
     p.add_argument("--export", metavar="DIR", help="write each run directory as DIR/<run name>.csv instead of a table")
     args = p.parse_args(argv)
     plt = None

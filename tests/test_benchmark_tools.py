@@ -211,8 +211,9 @@ def test_compare_plot_draws_the_return_against_updates_for_dqn_runs_only(tmp_pat
 
 def hand_made(folder, name, games, steps=4000, **flags):
     """A results CSV as docs/results/README.md describes it; games: (step, return, seconds)."""
-    params = {"exp_name": "dqn_atari", "seed": "1", "env_id": "PongNoFrameskip-v4", "learning_starts": "80000",
-              "learn_steps_period": "4", **{k: str(v) for k, v in flags.items()}}
+    params = {"exp_name": "dqn_atari", "seed": "1", "env_id": "PongNoFrameskip-v4", **{k: str(v) for k, v in flags.items()}}
+    if params["exp_name"].startswith("dqn"):  # the flags of the DQN scripts only
+        params = {"learning_starts": "80000", "learn_steps_period": "4", **params}
     rows = "".join(f"{step},{value},{seconds}\n" for step, value, seconds in games)
     (folder / f"{name}.csv").write_text(
         f"# command: python {params['exp_name']}.py --seed {params['seed']}\n# script: {params['exp_name']}.py\n"
@@ -220,23 +221,26 @@ def hand_made(folder, name, games, steps=4000, **flags):
         f"# hyperparameters: {json.dumps(params)}\nstep,return,seconds\n{rows}")
 
 
-def test_compare_reach_gives_minutes_over_the_seeds_that_got_there(tmp_path):
+def test_compare_reach_gives_steps_and_minutes_over_the_seeds_that_got_there(tmp_path):
     # --last 2: the mean of two games in a row must reach 10; one game alone does not count
-    hand_made(tmp_path, "a1", [(1000, 0, 60), (2000, 10, 120), (3000, 10, 180), (4000, 0, 240)], seed=1)  # 3.0 min
-    hand_made(tmp_path, "a2", [(1000, 10, 30), (2000, 10, 120)], seed=2)  # 2.0 min
+    hand_made(tmp_path, "a1", [(1000, 0, 60), (2000, 10, 120), (3000, 10, 180), (4000, 0, 240)], seed=1)  # 3000, 3.0 min
+    hand_made(tmp_path, "a2", [(1000, 10, 30), (2000, 10, 120)], seed=2)  # 2000, 2.0 min
     hand_made(tmp_path, "a3", [(1000, 30, 30), (2000, -30, 60), (3000, 9, 90)], seed=3)  # not reached
     hand_made(tmp_path, "b1", [(1000, 30, 30)], learning_starts=20000)  # not reached: fewer than 2 games
-    hand_made(tmp_path, "c1", [(1000, 11, 30), (2000, 9, 240)], exp_name="ppo_atari", envs_count=8)  # 4.0 min
+    hand_made(tmp_path, "c1", [(1000, 11, 30), (2000, 9, 240)], exp_name="ppo_atari", envs_count=8)  # 2000, 4.0 min
+    hand_made(tmp_path, "d1", [(3000, 12, 60), (5000, 12, 90)], learning_starts=1000)  # 5000: (5000 - 1000) // 4 updates
     proc = run_tool("compare.py", tmp_path, "--reach", 10, "--last", 2)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].split("|")[1:-1][-1].strip() == "minutes to 10"
+    assert [cell.strip() for cell in lines[0].split("|")[1:-1]][-2:] == ["steps to 10", "minutes to 10"]
     cells = {row[0]: row for row in ([cell.strip() for cell in line.split("|")[1:-1]] for line in lines[2:])}
-    assert sorted(cells) == ["dqn_atari --learning-starts 20000", "dqn_atari --learning-starts 80000", "ppo_atari"]
-    assert cells["dqn_atari --learning-starts 80000"][-1] == "2/3 reached: 2.5"
+    assert sorted(cells) == ["dqn_atari --learning-starts 1000", "dqn_atari --learning-starts 20000",
+                             "dqn_atari --learning-starts 80000", "ppo_atari"]
+    assert cells["dqn_atari --learning-starts 80000"][-2:] == ["2/3 reached: 2,500 (0 updates)", "2/3 reached: 2.5"]
     assert cells["dqn_atari --learning-starts 80000"][3] == "3"  # seeds
-    assert cells["dqn_atari --learning-starts 20000"][-1] == "not reached"
-    assert cells["ppo_atari"][-1] == "4.0" and cells["ppo_atari"][4] == "8"
+    assert cells["dqn_atari --learning-starts 20000"][-2:] == ["not reached", "not reached"]
+    assert cells["dqn_atari --learning-starts 1000"][-2:] == ["5,000 (1,000 updates)", "1.5"]
+    assert cells["ppo_atari"][-2:] == ["2,000", "4.0"] and cells["ppo_atari"][4] == "8"  # no updates rule: steps only
     assert cells["ppo_atari"][7] == "10.0" and cells["ppo_atari"][8] == f"{4000 / 600:,.0f}"
     assert "minutes to" not in run_tool("compare.py", tmp_path).stdout
 
