@@ -9,8 +9,8 @@
 (c) each script's steps/s in the warm-up phase (before learning starts, epsilon near 1 as in the
     first 80,000 steps of a default run);
 (d) the bare emulator: ale-py's AtariVectorEnv with random actions and nothing else;
-(with --all, the vectorized script's learning phase at K=32 and K=4 too: the seed notes' question in time;)
-(e) the replay memory's bytes per transition.
+(e) the replay memory's bytes per transition;
+(f) with --all, the vectorized script's learning phase at K=32 and at K=4: the seed notes' question in time.
 Rates come from the wall-clock times of the scripts' own TensorBoard events, so start-up is excluded.
 """
 import argparse
