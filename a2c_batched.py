@@ -461,7 +461,8 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
                 actions = Categorical(logits=agent(torch.from_numpy(games.obs).to(device))[0]).sample().cpu().numpy()
         games.send(actions)
         _, _, finished = games.recv()
-        video.append(games.obs[0, -1])
+        if video_dir is not None:
+            video.append(games.obs[0, -1])
         for score, _ in finished:
             if video_dir is not None:
                 import imageio

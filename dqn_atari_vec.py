@@ -535,7 +535,8 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
         actions = rng.integers(0, games.action_space.n, size=1) if explore else actions
         games.send(actions)
         _, _, finished = games.recv()
-        video.append(games.obs[0, -1])
+        if video_dir is not None:
+            video.append(games.obs[0, -1])
         for score, _ in finished:
             if video_dir is not None:
                 import imageio
