@@ -2,6 +2,7 @@
 
     python benchmark/dqn_speed.py                 # dqn_atari.py only
     python benchmark/dqn_speed.py --all           # and the vectorized and multi-process variants
+    python benchmark/dqn_speed.py --learn-steps-periods 1 2    # and dqn_atari.py learning every step, every 2
 
 (a) the bare update rate: the same network, batch and gradient step in a tight loop on random data;
 (b) each script's steps/s in the learning phase (one update per --learn-steps-period steps, epsilon
@@ -10,7 +11,8 @@
     first 80,000 steps of a default run);
 (d) the bare emulator: ale-py's AtariVectorEnv with random actions and nothing else;
 (e) the replay memory's bytes per transition;
-(f) with --all, the vectorized script's learning phase at K=32 and at K=4: the seed notes' question in time.
+(f) with --all, the vectorized script's learning phase at K=32 and at K=4: the seed notes' question in time;
+(g) with --learn-steps-periods, dqn_atari.py's learning phase at other K, against K=4 and K x the bare updates.
 Rates come from the wall-clock times of the scripts' own TensorBoard events, so start-up is excluded.
 """
 import argparse
@@ -92,7 +94,12 @@ def main():
     p.add_argument("--repeats", type=int, default=1,
                    help="learning-phase runs of dqn_atari.py (and, with --all, of dqn_atari_mp.py), interleaved; "
                         "their mean is reported: this machine's speed drifts")
+    p.add_argument("--learn-steps-periods", type=int, nargs="+", default=[], metavar="K",
+                   help="also measure dqn_atari.py's learning phase at these --learn-steps-period values, "
+                        "interleaved with its runs at 4")
     args = p.parse_args()
+    if any(k < 1 for k in args.learn_steps_periods):
+        p.error("argument --learn-steps-periods: each K must be a positive integer")
     torch.set_num_threads(os.cpu_count())  # the scripts' torch default; said on purpose
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads")
 
@@ -108,8 +115,11 @@ def main():
             "--exploration-fraction", "1.0", "--end-e", "0.92"]
     bound = 4 * updates_per_s
     learning_runs, mp_learning_runs = [], []
+    other_k_runs = {k: [] for k in args.learn_steps_periods}
     for _ in range(args.repeats):  # interleaved, so that a drift of the machine's speed hits both alike
         learning_runs.append(phase_rate("dqn_atari.py", learn, learning=True))
+        for k in other_k_runs:
+            other_k_runs[k].append(phase_rate("dqn_atari.py", learn + ["--learn-steps-period", str(k)], learning=True))
         if args.all:
             mp_learning_runs.append(phase_rate("dqn_atari_mp.py", learn + ["--workers-count", "2"], learning=True))
     learning = float(np.mean(learning_runs))
@@ -119,6 +129,11 @@ def main():
               f"{learning / bound:.0%} of 4 x bare updates (target >= 85%)"),
              ("dqn_atari.py warm-up phase (steps/s)", f"{warmup:,.0f}",
               f"{warmup / env_1:.0%} of the bare emulator (target >= 1,500 steps/s)")]
+    for k, runs in other_k_runs.items():
+        rate = float(np.mean(runs))
+        rows.append((f"dqn_atari.py --learn-steps-period {k}, learning phase (steps/s; runs: "
+                     f"{', '.join(f'{r:.1f}' for r in runs)})", f"{rate:.1f}",
+                     f"{rate / learning:.2f} x at K=4; {rate / (k * updates_per_s):.0%} of {k} x bare updates"))
     if args.all:
         env_8 = bare_env_rate(8, args.seconds / 3)
         rows.append(("bare emulator, 8 envs (steps/s)", f"{env_8:,.0f}", ""))
