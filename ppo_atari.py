@@ -545,7 +545,7 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
         if video_dir is not None:
             video.append(games.obs[0, -1])
         for score, _ in finished:
-            if video_dir is not None:
+            if video:  # frames are kept only for --capture-video
                 import imageio
                 big = [np.kron(frame, np.ones((4, 4), dtype=np.uint8)) for frame in video]  # 84x84 -> 336x336
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
