@@ -529,10 +529,12 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     games, rng = AtariGames(env_id, 1, seed), np.random.default_rng(seed)
     returns, video = [], []
     while len(returns) < episodes:
-        explore = games.valid[0] and rng.random() < epsilon  # no draw where the step is played for the agent
-        with torch.no_grad():
-            actions = q_network(torch.from_numpy(games.obs).to(device)).argmax(1).cpu().numpy()
-        actions = rng.integers(0, games.action_space.n, size=1) if explore else actions
+        actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
+        if games.valid[0] and rng.random() < epsilon:
+            actions = rng.integers(0, games.action_space.n, size=1)
+        elif games.valid[0]:
+            with torch.no_grad():
+                actions = q_network(torch.from_numpy(games.obs).to(device)).argmax(1).cpu().numpy()
         games.send(actions)
         _, _, finished = games.recv()
         if video_dir is not None:
