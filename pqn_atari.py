@@ -1,0 +1,538 @@
+"""PQN on Atari: Q-learning from many environments' rollouts, with no replay memory and no target network.
+
+Why it is here: the seed notes ask whether parallel environments help DQN, and on this project's
+runs they barely do (README, "The seed notes' question"): DQN's learner samples one small batch
+from its replay every few steps, so the learner, not the acting, is the bottleneck, and more
+environments either cost updates per step or buy little time. PQN (Gallici et al., "Simplifying
+Deep Temporal Difference Learning", 2025) makes Q-learning use parallel environments the way PPO
+does: `--envs-count` games fill a rollout of `--rollout-length` steps, the rollout is turned into
+Q(lambda) targets, and `--update-epochs` passes over it in `--num-minibatches` minibatches make the
+gradient steps; then the rollout is thrown away. What lets it drop DQN's replay memory and target
+network is LayerNorm after each hidden layer of the Nature CNN: it keeps the bootstrapped targets
+from running away when the network chases its own estimates, and the many environments give each
+update fresh, decorrelated data, the job the replay did.
+
+The Q(lambda) target mixes, at every step, the one-step target r + gamma * max_a Q(s', a) with the
+longer return that follows (weight `--q-lambda`), as GAE mixes advantages. Acting is epsilon-greedy,
+epsilon falling from 1 to 0.01 over the first 10% of the run; RAdam with a learning rate annealed to
+0, the gradient norm clipped at 10. The defaults are CleanRL's pqn_atari_envpool; its published
+Breakout after 10M steps: 384.9 +- 12.4 (its dqn_atari: 366.9).
+
+The games and their bookkeeping are ppo_atari.py's (`AtariGames`): learning sees rewards clipped to
+their sign and a lost life as an episode's end, `charts/episodic_return` is the whole game's score,
+and the steps played for the agent (a reset, a launch, FIRE after a lost life) are neither learnt
+from nor counted; a time-limit cut is bootstrapped.
+
+Diff it against: ppo_atari.py (the same loop: the Q(lambda) target in place of GAE, the TD loss in
+place of the clipped objective), then dqn_atari.py (what replaces the replay and the target network).
+
+    python pqn_atari.py --env-id BreakoutNoFrameskip-v4
+    tensorboard --logdir runs
+"""
+
+import argparse
+import collections
+import os
+import random
+import re
+import signal
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from ale_py import Action, roms
+from ale_py.vector_env import AtariVectorEnv
+from gymnasium.spaces import Discrete
+from torch.utils.tensorboard import SummaryWriter
+
+FRAME_SHAPE = (84, 84)
+STACK = 4
+
+
+# ---------------------------------------------------------------- flags
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
+    p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
+    p.add_argument("--torch-deterministic", action=argparse.BooleanOptionalAction, default=True, help="make cudnn deterministic")
+    p.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU when there is one")
+    p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
+                   help="save the network into the run directory, then evaluate it")
+    p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
+                   help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)")
+    p.add_argument("--save-every", type=positive_int, default=100_000,
+                   help="with --save-model, also save the model every this many environment steps, over the last save")
+    p.add_argument("--eval-model", metavar="PATH",
+                   help="no training: play --eval-episodes games with a model this script saved, log their scores")
+    p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
+    p.add_argument("--eval-epsilon", type=probability, default=0.05,
+                   help="chance of a random action instead of the greedy one in the evaluation games")
+    # Algorithm
+    p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000,
+                   help="environment steps of the run, summed over the environments")
+    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="RAdam's learning rate")
+    p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True,
+                   help="lower the learning rate linearly to 0 over the run")
+    p.add_argument("--envs-count", type=positive_int, default=8, help="environments stepped together")
+    p.add_argument("--rollout-length", type=positive_int, default=128, help="steps whose transitions make one update")
+    p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
+    p.add_argument("--q-lambda", type=probability, default=0.65,
+                   help="Q(lambda)'s lambda: 0 gives the one-step TD target, 1 the Monte Carlo return")
+    p.add_argument("--num-minibatches", type=positive_int, default=4, help="minibatches a rollout is split into")
+    p.add_argument("--update-epochs", type=positive_int, default=4, help="passes over each rollout")
+    p.add_argument("--max-grad-norm", type=positive_float, default=10.0, help="gradients are clipped to this norm")
+    p.add_argument("--start-e", type=probability, default=1.0, help="epsilon at the start of the run")
+    p.add_argument("--end-e", type=probability, default=0.01, help="epsilon at the end of the exploration")
+    p.add_argument("--exploration-fraction", type=probability, default=0.10,
+                   help="fraction of --total-timesteps over which epsilon falls from --start-e to --end-e")
+    args = p.parse_args(argv)
+    check_args(p, args)  # what a flag's type cannot check alone (plumbing, below main)
+    return args
+
+
+# ---------------------------------------------------------------- the games (environment)
+def make_env(env_id, envs_count, seed):
+    """AtariVectorEnv with the DeepMind preprocessing in C++: 0-29 no-op frames on reset, frame skip 4
+    with a max over the last two frames, one 84x84 gray frame a step; raw rewards and real game ends."""
+    return AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=False,
+                          stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
+                          repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
+                          episodic_life=False, life_loss_info=False, reward_clipping=False)
+
+
+def push_frames(obs, frames, starts):
+    """The stacks after a step: each drops its oldest frame and takes the step's new one, except where
+    an episode (a game or a life) starts: there, four copies of its first frame."""
+    stacks = np.concatenate([obs[:, 1:], frames], axis=1)
+    stacks[starts] = frames[starts]  # one frame spread over the four (np.where here is 40x slower)
+    return stacks
+
+
+class AtariGames:
+    """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
+
+    - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
+      copies of its first frame (the emulator knows nothing of lives, so we stack them here).
+    - Steps played for the agent, neither transitions nor counted (as in CleanRL): FIRE, then
+      action 2 to start a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for
+      it), and the step that resets a finished game, which ignores its action (gymnasium's default).
+    - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
+      the whole game's real score and its length in the agent's steps."""
+
+    def __init__(self, env_id, envs_count, seed):
+        self.envs = make_env(env_id, envs_count, seed)
+        self.action_space = self.envs.single_action_space
+        action_set = self.envs.ale.get_action_set()
+        self.fire = action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+        self.launch = [self.fire, 2] if Action.FIRE in action_set and len(action_set) >= 3 else []
+        frames, infos = self.envs.reset(seed=seed)
+        self.obs = frames.repeat(STACK, axis=1)
+        self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode
+        self.lives = infos["lives"]
+        self.queued = [list(self.launch) for _ in range(envs_count)]  # actions to play for the agent, in order
+        self.valid = np.array([not queue for queue in self.queued])  # the next step is the agent's
+        self.scores, self.lengths = np.zeros(envs_count), np.zeros(envs_count, dtype=np.int64)
+
+    def send(self, actions):
+        """Start a step: the agent's actions, but where a step is played for it; True where it is a transition."""
+        played = actions.copy()
+        for e in np.flatnonzero(~self.valid):
+            played[e] = self.queued[e].pop(0)
+        self.envs.send(played)
+        return self.valid
+
+    def recv(self):
+        """End the step (obs is the next one): clipped rewards, episodes' ends, (score, length) of ended games."""
+        frames, rewards, terminations, truncations, infos = self.envs.recv()
+        life_lost, game_over = infos["lives"] < self.lives, terminations | truncations
+        self.obs = push_frames(self.obs, frames, ~self.valid)  # a step played for the agent starts an episode
+        self.firsts, self.lives = ~self.valid, infos["lives"]
+        self.scores += rewards
+        self.lengths += self.valid
+        finished = [(self.scores[e], self.lengths[e]) for e in np.flatnonzero(game_over)]
+        self.scores[game_over], self.lengths[game_over] = 0.0, 0
+        for e in np.flatnonzero(game_over):
+            self.queued[e] = [self.fire, *self.launch]  # the reset, then the launch
+        for e in np.flatnonzero(life_lost & ~game_over):
+            self.queued[e] = self.queued[e] or [self.fire]
+        self.valid = np.array([not queue for queue in self.queued])
+        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state.
+        return np.sign(rewards), terminations | life_lost, finished
+
+
+# ---------------------------------------------------------------- network and algorithm
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    # Orthogonal weights keep the activations' scale through the layers at the start.
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """The Nature CNN with LayerNorm after each hidden layer: Q(s, a) for every action a.
+
+    Without a target network, each update moves the very estimates its targets bootstrap from;
+    normalizing every hidden layer's activations keeps that feedback from blowing up."""
+
+    def __init__(self, actions_count):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(STACK, 32, 8, stride=4)), nn.LayerNorm([32, 20, 20]), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, 9, 9]), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LayerNorm([64, 7, 7]), nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(3136, 512)), nn.LayerNorm(512), nn.ReLU(),
+            layer_init(nn.Linear(512, actions_count)),
+        )
+
+    def forward(self, frames):
+        return self.network(frames / 255.0)  # uint8 in, float32 out: one conversion, no extra copy
+
+
+def linear_schedule(start_e, end_e, duration, t):
+    """Epsilon falls linearly from start_e to end_e over `duration` steps, then stays there."""
+    slope = (end_e - start_e) / max(duration, 1)
+    return max(slope * t + start_e, end_e)
+
+
+def epsilon_greedy(q_values, epsilon, rng):
+    """For each row of q_values (one an environment), a random action with probability epsilon, else the greedy one."""
+    explore = rng.random(len(q_values)) < epsilon
+    return np.where(explore, rng.integers(0, q_values.shape[1], size=len(q_values)), q_values.argmax(1))
+
+
+def td_target(rewards, dones, next_q_max, gamma):
+    """One-step TD target; no bootstrap past a terminal (a lost life or the game's end)."""
+    return rewards + gamma * next_q_max * (1.0 - dones)
+
+
+def q_lambda_returns(rewards, q_max, dones, valid, next_q_max, gamma, q_lambda):
+    """Q(lambda) targets of a rollout: G_t = r_t + gamma * ((1 - lambda) * max_a Q(s_t+1, a) + lambda * G_t+1).
+
+    With lambda = 0 it is DQN's one-step TD target, with lambda = 1 the discounted rewards to the
+    rollout's end plus a bootstrap there; between them each step's target leans on the network's
+    estimate less the more real rewards follow. rewards, q_max, dones and valid are (steps, envs):
+    q_max[t] is max_a Q(s_t, a) as the rollout was played. dones[t] is 1 when step t ended the
+    episode for learning: its target is its reward alone. valid[t] is False for a step played for
+    the agent: its target is 0 (never learnt from) and the step before bootstraps fully from
+    max Q of the observation it left (after a time-limit cut, the game's last one). next_q_max is
+    max Q of the observation after the last step."""
+    returns = torch.zeros_like(rewards)
+    following = next_q_max  # G_t+1; past the rollout's end, the network's estimate
+    for t in reversed(range(len(rewards))):
+        next_step_q_max = next_q_max if t == len(rewards) - 1 else q_max[t + 1]
+        mixed = (1.0 - q_lambda) * next_step_q_max + q_lambda * following
+        returns[t] = td_target(rewards[t], dones[t], mixed, gamma) * valid[t]
+        following = torch.where(valid[t], returns[t], q_max[t])
+    return returns
+
+
+# ---------------------------------------------------------------- main
+def main(argv=None):
+    args = parse_args(argv)
+    exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
+    run_dir = new_run_dir(f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}")
+    writer = SummaryWriter(run_dir)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    rng = np.random.default_rng(args.seed)  # exploration
+    if args.eval_model is not None:  # PLUMBING: watch a saved agent play, no training
+        return watch_saved_model(QNetwork, args, run_dir, writer, device)
+
+    games = AtariGames(args.env_id, args.envs_count, args.seed)
+    actions_count = games.action_space.n
+    # channels_last: oneDNN's CPU convolutions run about 20% faster on this memory layout
+    q_network = QNetwork(actions_count).to(device, memory_format=torch.channels_last)
+    optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
+    # The rollout: one row per step, kept whole because the update goes over it several times.
+    rollout_shape = (args.rollout_length, games.envs.num_envs)
+    rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
+    rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
+    rollout_q_max, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
+    rollout_valid = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
+    step = 0  # rows of the rollout filled
+    global_step, updates = 0, 0
+    progress = Progress(writer, args.total_timesteps)
+    checkpoints = Checkpoints(q_network, args, run_dir, actions_count)
+    print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
+
+    while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
+        # ALGO LOGIC: epsilon-greedy actions, one per environment, from one forward pass
+        obs_t = torch.from_numpy(games.obs).to(device)
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        with torch.no_grad():
+            q_values = q_network(obs_t)
+        actions = epsilon_greedy(q_values.cpu().numpy(), epsilon, rng)
+        valid = games.send(actions)  # False where the step is played for the agent: no transition
+        global_step += np.count_nonzero(valid)  # the agent's steps, as CleanRL counts them
+        rewards, dones, finished = games.recv()
+
+        # ALGO LOGIC: this step's transition, with max_a Q(s, a) at the time, appended to the rollout
+        rollout_obs[step] = obs_t
+        rollout_actions[step] = torch.from_numpy(actions)
+        rollout_q_max[step] = q_values.max(1).values
+        rollout_rewards[step] = torch.from_numpy(rewards)
+        rollout_dones[step] = torch.from_numpy(dones)
+        rollout_valid[step] = torch.from_numpy(valid)
+        step += 1
+
+        # ALGO LOGIC: a full rollout makes update_epochs passes of minibatch steps, then starts again empty
+        if step == args.rollout_length:
+            if args.anneal_lr:
+                done_fraction = (global_step - rollout_valid.sum().item()) / args.total_timesteps  # before this rollout
+                optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
+            with torch.no_grad():
+                next_q_max = q_network(torch.from_numpy(games.obs).to(device)).max(1).values
+            returns = q_lambda_returns(rollout_rewards, rollout_q_max, rollout_dones, rollout_valid, next_q_max,
+                                       args.gamma, args.q_lambda)
+            # (steps, envs) flattened into one batch, of which only the real transitions are drawn
+            b_obs, b_actions, b_returns = rollout_obs.flatten(0, 1), rollout_actions.flatten(), returns.flatten()
+            real = torch.nonzero(rollout_valid.flatten()).squeeze(1)
+            for epoch in range(args.update_epochs):
+                for mb in torch.tensor_split(real[torch.randperm(len(real))], args.num_minibatches):
+                    # index_select copies whole observations, several times faster than b_obs[mb]
+                    q_taken = q_network(b_obs.index_select(0, mb)).gather(1, b_actions[mb, None]).squeeze(1)
+                    loss = F.mse_loss(q_taken, b_returns[mb])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                    updates += 1
+            step = 0
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/td_loss", loss.item(), global_step)
+            writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
+
+        # PLUMBING: the whole game's real score, as CleanRL logs it; progress; checkpoints
+        for score, length in finished:
+            writer.add_scalar("charts/episodic_return", score, global_step)
+            writer.add_scalar("charts/episodic_length", length, global_step)
+            progress.returns.append(score)
+        progress.show(global_step, updates, {"charts/epsilon": epsilon})
+        checkpoints.save_every(global_step)
+    games.envs.close()
+    return end_run(q_network, args, run_dir, writer, device, checkpoints, global_step)
+
+
+# ================================================================ PLUMBING
+# A first reading may stop here: below are the checks of the flags, progress and time left,
+# checkpoints and stop signals, and the evaluation of a saved model.
+
+def number_type(name, kind, is_allowed, allowed):
+    """An argparse type: `kind(text)`, refused unless is_allowed(value), with 'must be ALLOWED, got TEXT'."""
+    def read(text):
+        if not is_allowed(value := kind(text)):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
+        return value
+    read.__name__ = name  # argparse names it in "invalid positive_int value: 'x'"
+    return read
+
+
+positive_int = number_type("positive_int", int, lambda value: value >= 1, "a positive integer")
+positive_float = number_type("positive_float", float, lambda value: value > 0, "a number > 0")
+non_negative_float = number_type("non_negative_float", float, lambda value: value >= 0, "a number >= 0")
+probability = number_type("probability", float, lambda value: 0.0 <= value <= 1.0, "in [0, 1]")
+
+
+def rom_name(env_id):
+    """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name)."""
+    name = env_id.split("/")[-1]
+    name = re.sub(r"(NoFrameskip)?(-v\d+)?$", "", name)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def check_args(p, args):
+    """The checks that need more than one flag or a look at the game, done before any long work."""
+    with warnings.catch_warnings(action="ignore"):  # ale-py warns about an unknown name; the error below says more
+        if roms.get_rom_path(rom_name(args.env_id)) is None:
+            p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
+                    f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
+    if args.capture_video:
+        try:
+            import imageio  # noqa: F401
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
+    # At most 3 steps in a row are played for the agent (a reset, FIRE, 2): >= envs * (length // 4) transitions
+    if args.num_minibatches > args.envs_count * (args.rollout_length // 4):
+        p.error(f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 4) = "
+                f"{args.envs_count * (args.rollout_length // 4)}")
+    envs = make_env(args.env_id, 1, 0)
+    envs.close()
+    if not isinstance(envs.single_action_space, Discrete):
+        p.error(f"argument --env-id: this script needs a discrete action space, {args.env_id} has {envs.single_action_space}")
+    if args.eval_model is not None and (error := model_error(args.eval_model, args.env_id, envs.single_action_space.n)):
+        p.error(f"argument --eval-model: {error}")
+
+
+def new_run_dir(run_name):
+    run_dir, n = os.path.join("runs", run_name), 1
+    while os.path.exists(run_dir):  # never write into an earlier run's directory
+        n += 1
+        run_dir = os.path.join("runs", f"{run_name}_{n}")
+    os.makedirs(run_dir)
+    return run_dir
+
+
+def time_left(steps_left, steps_per_second):
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
+    minutes = int(max(steps_left, 0) / steps_per_second) // 60
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+class Progress:
+    """Every 5 s a line (steps/s, time left, updates, mean return of the last 100 games), charts/SPS and
+    the charts given. Time left is at the rate of about the last minute, not the run's average; after
+    `warm_up` steps (a warm-up without updates, 10-20 times faster), that rate starts again."""
+
+    def __init__(self, writer, total_timesteps, warm_up=None):
+        self.writer, self.total, self.warm_up = writer, total_timesteps, warm_up
+        self.start_time = self.last_print = time.time()
+        self.recent_prints = collections.deque([(self.start_time, 0)], maxlen=13)  # (time, step) of the last minute
+        self.returns = collections.deque(maxlen=100)
+
+    def show(self, step, updates, charts=()):
+        if time.time() - self.last_print > 5 or step >= self.total:
+            self.last_print = time.time()
+            self.writer.add_scalar("charts/SPS", step / (self.last_print - self.start_time), step)
+            for tag, value in dict(charts).items():
+                self.writer.add_scalar(tag, value, step)
+            self.recent_prints.append((self.last_print, step))
+            rate = (step - self.recent_prints[0][1]) / (self.last_print - self.recent_prints[0][0])
+            print(f"step {step:,}/{self.total:,} | {rate:,.0f} steps/s | {time_left(self.total - step, rate)} left"
+                  f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
+                  f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}", flush=True)
+        if self.warm_up is not None and updates and self.recent_prints[0][1] <= self.warm_up:
+            self.last_print = time.time()
+            self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
+
+
+SCRIPT = os.path.basename(__file__)  # saved with the model: only this script's network loads it
+stop_signals = []  # Ctrl-C (SIGINT) or kill (SIGTERM) once run as a script: the main loop ends at its top
+
+
+def on_stop_signal(signum, frame):
+    stop_signals.append(signum)  # no exception: nothing is cut in half, and a second one while saving waits
+
+
+class Checkpoints:
+    """With --save-model: the network saved into the run directory as NAME.pt each time the run
+    passes a multiple of --save-every steps, and at its end."""
+
+    def __init__(self, network, args, run_dir, actions_count):
+        self.network, self.args, self.actions_count, self.saved_step = network, args, actions_count, 0
+        self.path = os.path.join(run_dir, f"{args.exp_name}.pt")
+
+    def save_every(self, step):
+        if self.args.save_model and step // self.args.save_every > self.saved_step // self.args.save_every:
+            self.save()
+            self.saved_step = step
+
+    def save(self):
+        """Into a temporary file renamed over the model: a run killed at any moment leaves a whole model."""
+        # tensors, strings and plain ints only (not numpy's): what torch.load(weights_only=True) reads
+        model = {"script": SCRIPT, "env_id": self.args.env_id, "actions_count": int(self.actions_count),
+                 "state_dict": self.network.state_dict()}
+        torch.save(model, self.path + ".tmp")  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
+        os.replace(self.path + ".tmp", self.path)  # atomic: the old model or the new one, nothing in between
+
+
+def end_run(network, args, run_dir, writer, device, checkpoints, global_step):
+    """After the main loop: save the model; unless stopped, evaluate it; exit 130 or 143 if stopped."""
+    if stop_signals:  # Ctrl-C or kill: save, flush and end here; the evaluation games are skipped
+        print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {global_step:,}", flush=True)
+    if args.save_model:
+        checkpoints.save()
+        print(f"model saved to {checkpoints.path} (watch it: python {SCRIPT} --eval-model {checkpoints.path})", flush=True)
+    if args.save_model and not stop_signals:
+        evaluate_and_log(network, args, run_dir, writer, device)
+    writer.close()
+    if stop_signals:
+        sys.exit(128 + stop_signals[0])  # 130 after Ctrl-C, 143 after kill: what a shell reports for them
+    return run_dir
+
+
+def model_error(path, env_id, actions_count):
+    """Why this script cannot play env_id with the model saved at path; None when it can. The model
+    is a dict of tensors, strings and ints: weights_only loads it without running code from the file."""
+    try:
+        model = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror}"
+    except Exception:  # not a file torch.save wrote, or one holding more than tensors, strings and numbers
+        model = None
+    if not isinstance(model, dict) or "script" not in model:
+        return f"{path} is not a model saved by {SCRIPT} --save-model"
+    if model["script"] != SCRIPT:
+        return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
+    if model["actions_count"] != actions_count:
+        return (f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
+                f"add --env-id {model['env_id']}")
+    return None
+
+
+def watch_saved_model(network_class, args, run_dir, writer, device):
+    """--eval-model: load a model this script saved (model_error has checked it) and evaluate it."""
+    model = torch.load(args.eval_model, map_location=device, weights_only=True)
+    network = network_class(model["actions_count"]).to(device)
+    network.load_state_dict(model["state_dict"])
+    print(f"{run_dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
+    evaluate_and_log(network, args, run_dir, writer, device)
+    writer.close()
+    return run_dir
+
+
+def evaluate_and_log(network, args, run_dir, writer, device):
+    """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores."""
+    writer.flush()
+    if signal.getsignal(signal.SIGINT) is on_stop_signal:  # only games are left, nothing to save:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or kill ends them at once, as by default
+            signal.signal(signum, signal.SIG_DFL)
+    video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
+    if video_dir:
+        os.makedirs(video_dir)
+    returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
+    for i, episodic_return in enumerate(returns):
+        writer.add_scalar("eval/episodic_return", episodic_return, i)
+    print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
+          f"(scores {', '.join(f'{r:g}' for r in returns)})", flush=True)
+
+
+def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None):
+    """Play whole games with a small epsilon, set up as in training; return their real scores."""
+    games, rng = AtariGames(env_id, 1, seed), np.random.default_rng(seed)
+    returns, video = [], []
+    while len(returns) < episodes:
+        actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
+        if games.valid[0]:
+            with torch.no_grad():
+                actions = epsilon_greedy(q_network(torch.from_numpy(games.obs).to(device)).cpu().numpy(), epsilon, rng)
+        games.send(actions)
+        _, _, finished = games.recv()
+        if video_dir is not None:
+            video.append(games.obs[0, -1])
+        for score, _ in finished:
+            if video:  # frames are kept only for --capture-video
+                import imageio
+                big = [np.kron(frame, np.ones((4, 4), dtype=np.uint8)) for frame in video]  # 84x84 -> 336x336
+                imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
+            returns.append(score)
+            video = []
+    games.envs.close()
+    return returns
+
+
+if __name__ == "__main__":
+    for signum in (signal.SIGINT, signal.SIGTERM):  # run as a script: Ctrl-C or kill ends the run cleanly
+        signal.signal(signum, on_stop_signal)
+    main()
