@@ -1,4 +1,4 @@
-"""The standard Atari setup, as all five scripts build it on real Breakout: a game starts with
+"""The standard Atari setup, as all six scripts build it on real Breakout: a game starts with
 no-op frames, then a FIRE step and an action-2 step played for the agent; after a lost life the
 game is relaunched for the agent (whatever it does), and every episode, a game's or a life's,
 starts with a stack of four copies of its first frame."""
@@ -16,9 +16,10 @@ import dqn_atari
 import dqn_atari_mp
 import dqn_atari_vec
 import ppo_atari
+import pqn_atari
 from conftest import read_scalars
 
-SCRIPTS = [dqn_atari, dqn_atari_vec, dqn_atari_mp, a2c_batched, ppo_atari]
+SCRIPTS = [dqn_atari, dqn_atari_vec, dqn_atari_mp, a2c_batched, ppo_atari, pqn_atari]
 # A Breakout game in which the agent never moves and never presses FIRE: five lives of about 25
 # steps each once the ball is relaunched for it; without the relaunch the game would stand still
 # until the time limit (27,000 steps).
@@ -110,6 +111,14 @@ def test_policy_gradient_loop_relaunches_every_life_and_starts_fresh_stacks(scri
     check_noop_games(calls, scalars["charts/episodic_length"][1], scalars, 1280)
 
 
+def test_pqn_loop_relaunches_every_life_and_starts_fresh_stacks(in_tmp, monkeypatch, one_torch_thread):
+    monkeypatch.setattr(pqn_atari, "epsilon_greedy", lambda q_values, *args: np.zeros(len(q_values), dtype=np.int64))
+    calls = spy_on_stacks(pqn_atari, monkeypatch)
+    run_dir = pqn_atari.main(["--total-timesteps", "1280", "--envs-count", "2", "--rollout-length", "64", "--update-epochs", "1"])
+    scalars = read_scalars(run_dir)
+    check_noop_games(calls, scalars["charts/episodic_length"][1], scalars, 1280)
+
+
 def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, one_torch_thread):
     """The worker runs here, in this process, so that its agent can be made to stand still."""
     monkeypatch.setattr(dqn_atari_mp, "epsilon_greedy", lambda net, obs, *args: np.zeros(len(obs), dtype=np.int64))
@@ -157,7 +166,7 @@ def test_evaluation_launches_every_game_and_relaunches_every_life(script, one_to
     def noop_policy(obs):
         seen.append(obs.clone())
         scores = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).expand(len(obs), 4)
-        return scores if script in (dqn_atari, dqn_atari_vec, dqn_atari_mp) else (scores * 1e4, torch.zeros(len(obs)))
+        return scores if script in (dqn_atari, dqn_atari_vec, dqn_atari_mp, pqn_atari) else (scores * 1e4, torch.zeros(len(obs)))
 
     returns = script.evaluate(noop_policy, "BreakoutNoFrameskip-v4", 5, 2, 0.0, "cpu")
     assert len(returns) == 2 and len(seen) <= 2 * NOOP_GAME_STEPS, len(seen)

@@ -1,4 +1,4 @@
-"""Long runs, in all five scripts: Ctrl-C and kill stop a run cleanly and save it, checkpoints survive
+"""Long runs, in all six scripts: Ctrl-C and kill stop a run cleanly and save it, checkpoints survive
 SIGKILL, a saved agent can be watched again (--eval-model), and the time left follows the recent rate.
 
 Real processes on real Breakout, started together where they can be (most of their time is spent
@@ -24,7 +24,7 @@ import catch
 import dqn_atari
 from conftest import ROOT, read_scalars, read_text, run_bad
 
-SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py"]
+SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 DQN_SMALL = ["--learning-starts", "1000", "--buffer-size", "5000", "--batch-size", "8"]
 SMALL = {  # small sizes; the budget is never reached
     "dqn_atari.py": DQN_SMALL,
@@ -32,9 +32,11 @@ SMALL = {  # small sizes; the budget is never reached
     "dqn_atari_mp.py": DQN_SMALL + ["--workers-count", "2"],
     "a2c_batched.py": ["--envs-count", "2", "--rollout-length", "5"],
     "ppo_atari.py": ["--envs-count", "2", "--rollout-length", "32", "--num-minibatches", "2", "--update-epochs", "1"],
+    "pqn_atari.py": ["--envs-count", "2", "--rollout-length", "32", "--num-minibatches", "2", "--update-epochs", "1"],
 }
 NETWORK = {"dqn_atari.py": "QNetwork", "dqn_atari_vec.py": "QNetwork", "dqn_atari_mp.py": "QNetwork",
-           "a2c_batched.py": "Agent", "ppo_atari.py": "Agent"}
+           "a2c_batched.py": "Agent", "ppo_atari.py": "Agent",
+           "pqn_atari.py": "QNetwork"}
 
 
 def module(script):
@@ -150,7 +152,7 @@ def test_sigkill_leaves_the_last_complete_checkpoint(tmp_path):
 # ---------------------------------------------------------------- watching a saved agent
 @pytest.fixture(scope="module")
 def watched(stopped, tmp_path_factory):
-    """Each script watches its model from the stopped run, two games, all five at once. The models
+    """Each script watches its model from the stopped run, two games, all six at once. The models
     have hardly learned, and one that holds still plays long games: nine random actions in ten keep
     the games short (the network still picks the tenth)."""
     runs = {}

@@ -1,0 +1,157 @@
+"""Tests of pqn_atari.py: the Q(lambda) targets against a step-by-step computation, how a rollout
+marks the steps that only reset a game, a short real Atari run read back from TensorBoard,
+seeding, bad input, and learning on Catch.
+
+    python -m pytest tests/test_pqn_atari.py -q
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+import catch  # noqa: E402
+from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
+import pqn_atari  # noqa: E402
+
+TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate", "charts/epsilon",
+        "losses/td_loss", "losses/q_values"]
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+# ---------------------------------------------------------------- Q(lambda)
+def test_q_lambda_returns_match_a_step_by_step_computation():
+    g, lam = 0.9, 0.65
+    # Two environments, five steps. Environment 0: its game ends at step 2, step 3 only resets
+    # it, the rollout ends mid-game. Environment 1: a time limit cuts its game at step 1 (not a
+    # terminal: the bootstrap from the game's last observation stays), step 2 only resets it, a
+    # life is lost at step 3 (a terminal for learning), the game goes on.
+    rewards = [[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, -1.0], [1.0, 0.0]]
+    q_max = [[0.5, 0.1], [0.6, 0.2], [0.7, 0.3], [0.3, 0.4], [0.2, 0.5]]  # max_a Q(s_t, a)
+    dones = [[0, 0], [0, 0], [1, 0], [0, 1], [0, 0]]
+    valid = [[1, 1], [1, 1], [1, 0], [0, 1], [1, 1]]
+    next_q_max = [0.9, -0.4]
+    r, q = np.array(rewards), np.array(q_max)
+
+    g0 = [0.0] * 5
+    g0[4] = r[4, 0] + g * next_q_max[0]  # the rollout's end: the network's estimate
+    g0[3] = 0.0  # only resets the game: never learnt from
+    g0[2] = r[2, 0]  # the game's end: its reward alone
+    g0[1] = r[1, 0] + g * ((1 - lam) * q[2, 0] + lam * g0[2])
+    g0[0] = r[0, 0] + g * ((1 - lam) * q[1, 0] + lam * g0[1])
+    g1 = [0.0] * 5
+    g1[4] = r[4, 1] + g * next_q_max[1]
+    g1[3] = r[3, 1]  # a lost life: no bootstrap
+    g1[2] = 0.0  # only resets the game
+    g1[1] = r[1, 1] + g * q[2, 1]  # truncated: bootstrapped from the game's last observation, nothing from the next game
+    g1[0] = r[0, 1] + g * ((1 - lam) * q[1, 1] + lam * g1[1])
+
+    returns = pqn_atari.q_lambda_returns(torch.tensor(rewards), torch.tensor(q_max), torch.tensor(dones, dtype=torch.float32),
+                                         torch.tensor(valid, dtype=torch.bool), torch.tensor(next_q_max), g, lam)
+    assert returns.shape == (5, 2)
+    np.testing.assert_allclose(returns.numpy(), np.array([g0, g1]).T, rtol=1e-6, atol=1e-6)
+
+
+def test_q_lambda_limits_are_the_td_target_and_the_monte_carlo_return():
+    rewards = torch.tensor([[1.0], [0.0], [2.0]])
+    q_max = torch.tensor([[0.5], [0.25], [1.0]])
+    no_dones, all_valid = torch.zeros(3, 1), torch.ones(3, 1, dtype=torch.bool)
+    next_q_max = torch.tensor([4.0])
+    # lambda = 0: DQN's one-step target, r + gamma * max Q of the next observation
+    td = pqn_atari.q_lambda_returns(rewards, q_max, no_dones, all_valid, next_q_max, 0.5, 0.0)
+    np.testing.assert_allclose(td[:, 0].numpy(), [1 + 0.5 * 0.25, 0 + 0.5 * 1.0, 2 + 0.5 * 4])
+    # lambda = 1, gamma = 1: the sum of the rewards left plus the bootstrap at the rollout's end
+    mc = pqn_atari.q_lambda_returns(rewards, q_max, no_dones, all_valid, next_q_max, 1.0, 1.0)
+    np.testing.assert_allclose(mc[:, 0].numpy(), [3 + 4, 2 + 4, 2 + 4])
+
+
+def test_epsilon_greedy_explores_at_the_rate_asked():
+    rng = np.random.default_rng(0)
+    q_values = np.tile(np.array([0.0, 0.0, 1.0, 0.0]), (10_000, 1))  # action 2 is greedy
+    assert (pqn_atari.epsilon_greedy(q_values, 0.0, rng) == 2).all()
+    actions = pqn_atari.epsilon_greedy(q_values, 0.4, rng)
+    # 60% greedy, and a random quarter of the other 40%: 70% action 2, 10% each other action
+    assert abs(np.mean(actions == 2) - 0.7) < 0.02 and abs(np.mean(actions == 0) - 0.1) < 0.02
+
+
+def test_rollout_marks_the_steps_that_only_reset_a_game(in_tmp, monkeypatch):
+    """On Catch every game lasts 5 steps, so each environment's rollout rows follow a known pattern."""
+    monkeypatch.setattr(pqn_atari, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    seen = []
+    real_returns = pqn_atari.q_lambda_returns
+
+    def spy(rewards, q_max, dones, valid, next_q_max, gamma, q_lambda):
+        returns = real_returns(rewards, q_max, dones, valid, next_q_max, gamma, q_lambda)
+        seen.append((rewards.clone(), dones.clone(), valid.clone(), returns))
+        return returns
+
+    monkeypatch.setattr(pqn_atari, "q_lambda_returns", spy)
+    pqn_atari.main(["--total-timesteps", "96", "--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "2",
+                    "--update-epochs", "1"])
+    assert len(seen) == 3
+    rewards, dones, valid, returns = (torch.cat(parts) for parts in zip(*seen))
+    step = torch.arange(48)
+    assert torch.equal(valid, (step % 6 != 5)[:, None].expand(48, 2))  # step 5 of every 6 only resets
+    assert torch.equal(dones.bool(), (step % 6 == 4)[:, None].expand(48, 2))  # the ball lands at step 4
+    assert torch.equal(rewards != 0, dones.bool())  # rewards come only when a game ends
+    assert torch.all(returns[~valid] == 0)
+    assert torch.equal(returns[dones.bool()], rewards[dones.bool()])  # a game's last step: its reward alone
+
+
+# ---------------------------------------------------------------- a real Atari run
+def test_breakout_run_logs_every_tag(in_tmp):
+    envs, length, steps = 4, 32, 1536
+    run_dir = pqn_atari.main(["--total-timesteps", str(steps), "--envs-count", str(envs), "--rollout-length", str(length),
+                              "--num-minibatches", "2", "--update-epochs", "2", "--seed", "3",
+                              "--save-model", "--eval-episodes", "1"])
+    assert os.path.basename(run_dir).startswith("BreakoutNoFrameskip-v4__pqn_atari__3__")
+    assert os.path.isfile(os.path.join(run_dir, "pqn_atari.pt"))
+    scalars = read_scalars(run_dir)
+    check_breakout_events(scalars, TAGS, steps, envs)
+
+    # One update per rollout, at its end; the learning rate falls linearly from 2.5e-4 towards 0
+    # with the agent's steps taken before the rollout (relaunches fill rollout places, uncounted).
+    lr_steps, lr = scalars["charts/learning_rate"]
+    assert len(lr) >= steps // (envs * length) and (np.diff(lr_steps) <= envs * length).all()
+    np.testing.assert_allclose(lr, 2.5e-4 * (1 - np.concatenate([[0], lr_steps[:-1]]) / steps), rtol=1e-5)
+    # Epsilon falls from 1 to 0.01 over the first 10% of the run: at the run's end it is 0.01.
+    epsilon = scalars["charts/epsilon"][1]
+    assert ((0.01 - 1e-6 <= epsilon) & (epsilon <= 1)).all() and (np.diff(epsilon) <= 0).all()
+    assert epsilon[-1] == pytest.approx(0.01)
+    assert (scalars["losses/td_loss"][1] >= 0).all()
+
+
+def test_same_seed_same_run(in_tmp):
+    check_seeding(pqn_atari.main, ["--total-timesteps", "384", "--envs-count", "2", "--rollout-length", "32",
+                                   "--num-minibatches", "2", "--update-epochs", "2"],
+                  ["losses/td_loss", "losses/q_values", "charts/episodic_return"])
+
+
+# ---------------------------------------------------------------- bad input
+BAD_INPUTS = [("--envs-count", "0"), ("--rollout-length", "0"), ("--learning-rate", "-1"), ("--gamma", "1.5"),
+              ("--env-id", "NoSuchGame-v4"), ("--q-lambda", "2"), ("--max-grad-norm", "0"), ("--num-minibatches", "0"),
+              ("--num-minibatches", "1000"), ("--exploration-fraction", "1.5"), ("--end-e", "-0.1")]
+
+
+@pytest.mark.parametrize("flag,value", BAD_INPUTS)
+def test_bad_input_is_refused_before_any_work(flag, value, in_tmp, capsys):
+    assert_refused(pqn_atari.main, [flag, value], flag, capsys)
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+    assert run_bad("pqn_atari.py", ["--q-lambda", "2"], tmp_path) == "pqn_atari.py: error: argument --q-lambda: must be in [0, 1], got 2"
+
+
+# ---------------------------------------------------------------- learning
+def test_learns_catch(in_tmp, monkeypatch):
+    # Short rollouts and two epochs: 192 small updates, enough on Catch, and half a minute here
+    returns = catch_returns(pqn_atari, ["--total-timesteps", "3072", "--envs-count", "8", "--rollout-length", "16",
+                                        "--update-epochs", "2", "--learning-rate", "1e-3", "--seed", "1"], monkeypatch)
+    random_return = catch.random_policy_return()  # about -0.65
+    assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
