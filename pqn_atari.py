@@ -1,30 +1,25 @@
 """PQN on Atari: Q-learning from many environments' rollouts, with no replay memory and no target network.
 
-Why it is here: the seed notes ask whether parallel environments help DQN, and on this project's
-runs they barely do (README, "The seed notes' question"): DQN's learner samples one small batch
-from its replay every few steps, so the learner, not the acting, is the bottleneck, and more
-environments either cost updates per step or buy little time. PQN (Gallici et al., "Simplifying
-Deep Temporal Difference Learning", 2025) makes Q-learning use parallel environments the way PPO
-does: `--envs-count` games fill a rollout of `--rollout-length` steps, the rollout is turned into
-Q(lambda) targets, and `--update-epochs` passes over it in `--num-minibatches` minibatches make the
-gradient steps; then the rollout is thrown away. What lets it drop DQN's replay memory and target
-network is LayerNorm after each hidden layer of the Nature CNN: it keeps the bootstrapped targets
-from running away when the network chases its own estimates, and the many environments give each
-update fresh, decorrelated data, the job the replay did.
+Why it exists: the seed notes ask whether parallel environments help DQN, and in this project's
+runs they barely do: DQN's learner is the bottleneck, so more environments cost updates per step
+or buy little time. PQN (Gallici et al., "Simplifying Deep Temporal Difference Learning", 2025)
+makes Q-learning use them as PPO does: when the rollout holds `--rollout-length` steps, Q(lambda)
+(`--q-lambda`) turns it into targets that mix each step's one-step target r + gamma * max_a Q(s', a)
+with the return that follows, and `--update-epochs` passes over it in `--num-minibatches` shuffled
+minibatches make the gradient steps; then the rollout is dropped. LayerNorm after each hidden
+layer keeps targets that chase the network's own estimates stable, so no target network is
+needed, and the many environments give each update fresh, varied data, the replay's old job.
 
-The Q(lambda) target mixes, at every step, the one-step target r + gamma * max_a Q(s', a) with the
-longer return that follows (weight `--q-lambda`), as GAE mixes advantages. Acting is epsilon-greedy,
-epsilon falling from 1 to 0.01 over the first 10% of the run; RAdam with a learning rate annealed to
-0, the gradient norm clipped at 10. The defaults are CleanRL's pqn_atari_envpool; its published
+Acting is epsilon-greedy (1 to 0.01 over the first 10% of the run); RAdam with a learning rate
+annealed linearly to 0 (`--anneal-lr`). The defaults are CleanRL's pqn_atari_envpool; its published
 Breakout after 10M steps: 384.9 +- 12.4 (its dqn_atari: 366.9).
 
-The games and their bookkeeping are ppo_atari.py's (`AtariGames`): learning sees rewards clipped to
-their sign and a lost life as an episode's end, `charts/episodic_return` is the whole game's score,
-and the steps played for the agent (a reset, a launch, FIRE after a lost life) are neither learnt
-from nor counted; a time-limit cut is bootstrapped.
+The games are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv, in the
+standard DeepMind setup that `AtariGames` keeps: learning sees rewards clipped to their sign and a
+lost life as an episode's end, while `charts/episodic_return` is the whole game's real score. The
+steps it plays for the agent (a reset, a launch, FIRE after a lost life) stop Q(lambda), add no loss.
 
-Diff it against: ppo_atari.py (the same loop: the Q(lambda) target in place of GAE, the TD loss in
-place of the clipped objective), then dqn_atari.py (what replaces the replay and the target network).
+Diff it against: ppo_atari.py (Q(lambda) in place of GAE, the TD loss in place of the clipped objective).
 
     python pqn_atari.py --env-id BreakoutNoFrameskip-v4
     tensorboard --logdir runs
@@ -206,29 +201,28 @@ def epsilon_greedy(q_values, epsilon, rng):
     return np.where(explore, rng.integers(0, q_values.shape[1], size=len(q_values)), q_values.argmax(1))
 
 
-def td_target(rewards, dones, next_q_max, gamma):
+def td_target(rewards, dones, next_values, gamma):
     """One-step TD target; no bootstrap past a terminal (a lost life or the game's end)."""
-    return rewards + gamma * next_q_max * (1.0 - dones)
+    return rewards + gamma * next_values * (1.0 - dones)
 
 
-def q_lambda_returns(rewards, q_max, dones, valid, next_q_max, gamma, q_lambda):
-    """Q(lambda) targets of a rollout: G_t = r_t + gamma * ((1 - lambda) * max_a Q(s_t+1, a) + lambda * G_t+1).
+def q_lambda_returns(rewards, values, dones, valid, next_values, gamma, q_lambda):
+    """Q(lambda) targets of a rollout: G_t = r_t + gamma * ((1 - lambda) * V(s_t+1) + lambda * G_t+1).
 
-    With lambda = 0 it is DQN's one-step TD target, with lambda = 1 the discounted rewards to the
-    rollout's end plus a bootstrap there; between them each step's target leans on the network's
-    estimate less the more real rewards follow. rewards, q_max, dones and valid are (steps, envs):
-    q_max[t] is max_a Q(s_t, a) as the rollout was played. dones[t] is 1 when step t ended the
-    episode for learning: its target is its reward alone. valid[t] is False for a step played for
-    the agent: its target is 0 (never learnt from) and the step before bootstraps fully from
-    max Q of the observation it left (after a time-limit cut, the game's last one). next_q_max is
-    max Q of the observation after the last step."""
+    V(s) here is max_a Q(s, a), the greedy policy's value. With lambda = 0 the target is DQN's
+    one-step TD target; towards 1 it leans less on the network and more on the rewards that
+    followed. rewards, values, dones and valid are (steps, envs). dones[t] is 1 when step t ended
+    the episode for learning: its target is its reward alone. valid[t] is False for a step played
+    for the agent: its target is 0 (never learnt from), and the step before bootstraps wholly from
+    V of the observation it led to (after a time-limit truncation, the game's last observation).
+    next_values is V of the observation after the last step."""
     returns = torch.zeros_like(rewards)
-    following = next_q_max  # G_t+1; past the rollout's end, the network's estimate
+    following = next_values  # G_t+1; past the rollout's end, the network's estimate
     for t in reversed(range(len(rewards))):
-        next_step_q_max = next_q_max if t == len(rewards) - 1 else q_max[t + 1]
-        mixed = (1.0 - q_lambda) * next_step_q_max + q_lambda * following
+        next_step_values = next_values if t == len(rewards) - 1 else values[t + 1]
+        mixed = (1.0 - q_lambda) * next_step_values + q_lambda * following
         returns[t] = td_target(rewards[t], dones[t], mixed, gamma) * valid[t]
-        following = torch.where(valid[t], returns[t], q_max[t])
+        following = torch.where(valid[t], returns[t], values[t])
     return returns
 
 
@@ -258,7 +252,7 @@ def main(argv=None):
     rollout_shape = (args.rollout_length, games.envs.num_envs)
     rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
     rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
-    rollout_q_max, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
+    rollout_values, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
     rollout_valid = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
     step = 0  # rows of the rollout filled
     global_step, updates = 0, 0
@@ -277,10 +271,10 @@ def main(argv=None):
         global_step += np.count_nonzero(valid)  # the agent's steps, as CleanRL counts them
         rewards, dones, finished = games.recv()
 
-        # ALGO LOGIC: this step's transition, with max_a Q(s, a) at the time, appended to the rollout
+        # ALGO LOGIC: this step's transition, with V(s) = max_a Q(s, a) at the time, appended to the rollout
         rollout_obs[step] = obs_t
         rollout_actions[step] = torch.from_numpy(actions)
-        rollout_q_max[step] = q_values.max(1).values
+        rollout_values[step] = q_values.max(1).values
         rollout_rewards[step] = torch.from_numpy(rewards)
         rollout_dones[step] = torch.from_numpy(dones)
         rollout_valid[step] = torch.from_numpy(valid)
@@ -292,8 +286,8 @@ def main(argv=None):
                 done_fraction = (global_step - rollout_valid.sum().item()) / args.total_timesteps  # before this rollout
                 optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
             with torch.no_grad():
-                next_q_max = q_network(torch.from_numpy(games.obs).to(device)).max(1).values
-            returns = q_lambda_returns(rollout_rewards, rollout_q_max, rollout_dones, rollout_valid, next_q_max,
+                next_values = q_network(torch.from_numpy(games.obs).to(device)).max(1).values
+            returns = q_lambda_returns(rollout_rewards, rollout_values, rollout_dones, rollout_valid, next_values,
                                        args.gamma, args.q_lambda)
             # (steps, envs) flattened into one batch, of which only the real transitions are drawn
             b_obs, b_actions, b_returns = rollout_obs.flatten(0, 1), rollout_actions.flatten(), returns.flatten()
