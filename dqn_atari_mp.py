@@ -396,11 +396,16 @@ REPLAY_BYTES_PER_TRANSITION = FRAME_SHAPE[0] * FRAME_SHAPE[1] + 1 + 1 + 3  # a f
 
 
 def available_memory_bytes():
+    """Free memory in bytes, or None where the system does not tell (macOS, Windows): then nothing is checked."""
     try:  # Linux's MemAvailable counts the page cache that can be freed
         with open("/proc/meminfo") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, StopIteration):
+        pass
+    try:  # other Unixes; macOS has no SC_AVPHYS_PAGES (ValueError), Windows no os.sysconf at all
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def check_args(p, args):
@@ -410,10 +415,20 @@ def check_args(p, args):
                 f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
     if args.learning_starts < args.batch_size:
         p.error(f"argument --learning-starts: must be at least --batch-size ({args.batch_size})")
+    # The first sample needs a stored transition whose next frame is stored too: past the newest
+    # rows (one a column) and the current step's, one more
+    if args.learning_starts < 2 * args.workers_count:
+        p.error(f"argument --learning-starts: must be at least 2 * --workers-count = {2 * args.workers_count}")
     if args.buffer_size < args.batch_size + STACK:
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
+    # Each environment's rows of the replay can be sampled but for its STACK newest ones (the newest has
+    # no next frame yet, the oldest frames of a full ring are overwritten); at most 3 steps in a row are
+    # played for the agent, so with 2 * STACK rows a transition is always there to sample, never a wait.
+    if args.buffer_size // args.workers_count < 2 * STACK:
+        p.error(f"argument --buffer-size: must be at least {2 * STACK} rows per worker: "
+                f"{2 * STACK * args.workers_count} with --workers-count {args.workers_count}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
-    if needed > free and args.eval_model is None:  # watching a saved model needs no replay
+    if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay
         p.error(f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
                 f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}")
     if args.capture_video:

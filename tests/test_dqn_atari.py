@@ -1,5 +1,7 @@
 """dqn_atari.py on real ALE games, plus its pure pieces checked against hand-computed values."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ from ale_py.vector_env import AtariVectorEnv
 
 import catch
 import dqn_atari
-from conftest import catch_returns, read_scalars, read_text, run_bad, run_script
+from conftest import ROOT, assert_refused, catch_returns, read_scalars, read_text, run_bad, run_script
 
 # A short Breakout run: 600 warm-up steps, then 1,200 learning steps at one update per 2 steps.
 SHORT = ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1800", "--learning-starts", "600",
@@ -192,7 +194,7 @@ def test_learns_catch_beyond_random(in_tmp, monkeypatch):
     (["--end-e", "-0.1"], "--end-e"),
     (["--gamma", "2"], "--gamma"),
     (["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),
-    (["--buffer-size", str(10**12)], "--buffer-size"),
+    (["--buffer-size", str(10**12)], "--buffer-size"),  # more than this machine's free memory
 ])
 def test_bad_input_fails_at_once(args, flag, tmp_path):
     message = run_bad("dqn_atari.py", args, tmp_path)
@@ -228,3 +230,37 @@ def test_capture_video_writes_the_evaluation_games(tmp_path):
     import imageio.v3 as iio
     frames = iio.imread(os.path.join(run_dir, "videos", videos[0]))
     assert frames.shape[1:3] == (336, 336) and len(frames) > 50 and frames.max() > 0
+
+
+# Run a script as on a system with no /proc/meminfo and no os.sysconf (Windows; macOS lacks SC_AVPHYS_PAGES).
+NO_MEMORY_INFO = """
+import builtins, os, runpy, sys
+real_open = builtins.open
+def open_without_meminfo(path, *args, **kwargs):
+    if str(path) == "/proc/meminfo":
+        raise FileNotFoundError(2, "No such file or directory", path)
+    return real_open(path, *args, **kwargs)
+builtins.open = open_without_meminfo
+del os.sysconf
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_trains_where_the_system_does_not_say_how_much_memory_is_free(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", NO_MEMORY_INFO, os.path.join(ROOT, "dqn_atari.py"), "--total-timesteps", "300",
+                           "--learning-starts", "100", "--buffer-size", "1000", "--batch-size", "8"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = os.listdir(tmp_path / "runs")
+    assert read_scalars(str(tmp_path / "runs" / run_dir))["charts/updates"][1][-1] == (300 - 100) // 4  # it learnt
+
+
+# A replay too small to sample from, or a warm-up too short to fill it, would make the first update
+# wait forever: refused (in this process: faster than a new one, the same check)
+@pytest.mark.parametrize("args, flag", [
+    (["--buffer-size", "7", "--batch-size", "1", "--learning-starts", "2"], "--buffer-size"),
+    (["--learning-starts", "1", "--batch-size", "1"], "--learning-starts"),
+])
+def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
+    assert_refused(dqn_atari.main, args, flag, capsys)

@@ -10,7 +10,7 @@ import pytest
 
 import dqn_atari_mp
 import mp_helpers
-from conftest import ROOT, read_scalars, run_bad
+from conftest import ROOT, assert_refused, read_scalars, run_bad
 
 SMALL = ["--total-timesteps", "1600", "--learning-starts", "640", "--buffer-size", "4000", "--batch-size", "8",
          "--learn-steps-period", "4", "--end-e", "0.3", "--workers-count", "2", "--seed", "2"]
@@ -175,3 +175,13 @@ def test_workers_do_not_outlive_a_killed_learner(tmp_path):
     proc.kill()  # SIGKILL: the learner cannot tell anyone
     proc.wait()
     assert all_gone(workers, within=10), "orphaned workers notice and exit"
+
+
+# A replay too small to sample from, or a warm-up too short to fill it, would make the first update
+# wait forever: refused (in this process: faster than a new one, the same check)
+@pytest.mark.parametrize("args, flag", [
+    (["--buffer-size", "36", "--workers-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
+    (["--learning-starts", "15", "--workers-count", "8", "--batch-size", "8"], "--learning-starts"),
+])
+def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
+    assert_refused(dqn_atari_mp.main, args, flag, capsys)

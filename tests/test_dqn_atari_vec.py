@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import dqn_atari_vec
-from conftest import read_scalars, run_bad, run_script
+from conftest import assert_refused, read_scalars, run_bad, run_script
 
 SAME = ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1400", "--learning-starts", "600",
         "--buffer-size", "5000", "--batch-size", "8", "--target-network-frequency", "300",
@@ -83,3 +83,23 @@ def test_replay_stacks_stay_within_one_environment():
 def test_bad_input_fails_at_once(args, flag, tmp_path):
     message = run_bad("dqn_atari_vec.py", args, tmp_path)
     assert flag in message and "error" in message
+
+
+def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
+    """8 rows an environment and a warm-up of 2 steps an environment: one fewer of either is refused
+    (above); these always hold a transition to sample, so the first update cannot wait forever."""
+    _, run_dir = run_script("dqn_atari_vec.py", ["--total-timesteps", "400", "--envs-count", "8", "--buffer-size", "64",
+                                                 "--batch-size", "8", "--learning-starts", "16", "--learn-steps-period", "1"],
+                            tmp_path, timeout=120)
+    updates_steps, updates = read_scalars(run_dir)["charts/updates"]
+    assert updates[-1] >= 400 - 16 - 8, updates  # one update per transition past the warm-up
+
+
+# A replay too small to sample from, or a warm-up too short to fill it, would make the first update
+# wait forever: refused (in this process: faster than a new one, the same check)
+@pytest.mark.parametrize("args, flag", [
+    (["--buffer-size", "63", "--envs-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
+    (["--learning-starts", "15", "--envs-count", "8", "--batch-size", "8"], "--learning-starts"),
+])
+def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
+    assert_refused(dqn_atari_vec.main, args, flag, capsys)
