@@ -3,7 +3,6 @@ no-op frames, then a FIRE step and an action-2 step played for the agent; after 
 game is relaunched for the agent (whatever it does), and every episode, a game's or a life's,
 starts with a stack of four copies of its first frame."""
 import signal
-import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -123,13 +122,14 @@ def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, on
     """The worker runs here, in this process, so that its agent can be made to stand still."""
     monkeypatch.setattr(dqn_atari_mp, "epsilon_greedy", lambda net, obs, *args: np.zeros(len(obs), dtype=np.int64))
     calls = spy_on_stacks(dqn_atari_mp, monkeypatch)
-    stop, messages = threading.Event(), []
+    stop, messages = SimpleNamespace(value=0), []  # the learner's stop flag
+    stop.is_set = lambda: bool(stop.value)
 
     class Pipe:  # stands in for the worker's end of its pipe, and keeps 700 steps
         def send(self, message):
             messages.append(message)
             if len(messages) * dqn_atari_mp.SEND_BATCH >= 700:
-                stop.set()
+                stop.value = 1
 
     args = dqn_atari_mp.parse_args(["--buffer-size", "1000"])
     sigint = signal.getsignal(signal.SIGINT)
