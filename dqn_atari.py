@@ -369,15 +369,17 @@ def check_args(p, args):
                 f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
     if args.learning_starts < args.batch_size:
         p.error(f"argument --learning-starts: must be at least --batch-size ({args.batch_size})")
-    # The first sample needs a stored transition whose next frame is stored too: past the newest
-    # rows (one a column) and the current step's, one more
+    # When learning starts, the replay holds the steps before the current one, and the newest row of
+    # each environment cannot be sampled yet (its next frame is not stored): with a warm-up of fewer
+    # than 2 steps per environment the first update would find nothing to sample and wait forever.
     if args.learning_starts < 2:
         p.error("argument --learning-starts: must be at least 2")
     if args.buffer_size < args.batch_size + STACK:
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
-    # Each environment's rows of the replay can be sampled but for its STACK newest ones (the newest has
-    # no next frame yet, the oldest frames of a full ring are overwritten); at most 3 steps in a row are
-    # played for the agent, so with 2 * STACK rows a transition is always there to sample, never a wait.
+    # In a full ring, all of an environment's rows can be sampled but STACK of them: the STACK - 1 oldest
+    # (frames of their stacks are overwritten) and the newest (its next frame is not stored yet). At
+    # most 3 steps in a row are played for the agent (a game's reset and launch), so with 2 * STACK rows
+    # one at least is always a transition; with fewer the first update could wait forever.
     if args.buffer_size < 2 * STACK:
         p.error(f"argument --buffer-size: must be at least {2 * STACK}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()

@@ -249,11 +249,49 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def test_trains_where_the_system_does_not_say_how_much_memory_is_free(tmp_path):
     proc = subprocess.run([sys.executable, "-c", NO_MEMORY_INFO, os.path.join(ROOT, "dqn_atari.py"), "--total-timesteps", "300",
-                           "--learning-starts", "100", "--buffer-size", "1000", "--batch-size", "8"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                           "--learning-starts", "100", "--buffer-size", "1000", "--batch-size", "8", "--learn-steps-period", "1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = os.listdir(tmp_path / "runs")
-    assert read_scalars(str(tmp_path / "runs" / run_dir))["charts/updates"][1][-1] == (300 - 100) // 4  # it learnt
+    scalars = read_scalars(str(tmp_path / "runs" / run_dir))
+    assert scalars["charts/updates"][1][-1] == 300 - 100  # it learnt: one update a step
+    assert np.isfinite(scalars["losses/td_loss"][1]).all() and len(scalars["losses/td_loss"][1]) == 2  # every 100 updates
+
+
+@pytest.mark.parametrize("script", ["dqn_atari", "dqn_atari_vec", "dqn_atari_mp"])
+def test_free_memory_is_none_where_the_system_does_not_tell(script, monkeypatch):
+    """The same function in the three scripts: Linux tells; macOS (a sysconf without SC_AVPHYS_PAGES) and
+    Windows (no os.sysconf) do not, and there the check is skipped instead of failing."""
+    module = __import__(script)
+    assert module.available_memory_bytes() > 0  # Linux: /proc/meminfo
+    real_open = open
+
+    def open_without_meminfo(path, *args, **kwargs):
+        if str(path) == "/proc/meminfo":
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", open_without_meminfo)
+    assert module.available_memory_bytes() > 0  # other Unixes: sysconf
+    real_sysconf = os.sysconf
+
+    def sysconf_of_macos(name):
+        if name == "SC_AVPHYS_PAGES":
+            raise ValueError("unrecognized configuration name")  # what os.sysconf says of a name it lacks
+        return real_sysconf(name)
+
+    monkeypatch.setattr(os, "sysconf", sysconf_of_macos)
+    assert module.available_memory_bytes() is None
+    monkeypatch.delattr(os, "sysconf")  # as on Windows
+    assert module.available_memory_bytes() is None
+
+
+def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
+    """8 rows and a warm-up of 2 steps: one fewer of either is refused (below); these always hold a
+    transition to sample, so no update can wait forever."""
+    _, run_dir = run_script("dqn_atari.py", ["--total-timesteps", "300", "--buffer-size", "8", "--batch-size", "1",
+                                             "--learning-starts", "2", "--learn-steps-period", "4"], tmp_path, timeout=180)
+    assert read_scalars(run_dir)["charts/updates"][1][-1] == (300 - 2) // 4
 
 
 # A replay too small to sample from, or a warm-up too short to fill it, would make the first update

@@ -89,16 +89,17 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
     """8 rows an environment and a warm-up of 2 steps an environment: one fewer of either is refused
     (above); these always hold a transition to sample, so the first update cannot wait forever."""
     _, run_dir = run_script("dqn_atari_vec.py", ["--total-timesteps", "400", "--envs-count", "8", "--buffer-size", "64",
-                                                 "--batch-size", "8", "--learning-starts", "16", "--learn-steps-period", "1"],
-                            tmp_path, timeout=120)
-    updates_steps, updates = read_scalars(run_dir)["charts/updates"]
-    assert updates[-1] >= 400 - 16 - 8, updates  # one update per transition past the warm-up
+                                                 "--batch-size", "8", "--learning-starts", "16", "--learn-steps-period", "8"],
+                            tmp_path, timeout=180)
+    steps, updates = read_scalars(run_dir)["charts/updates"]
+    assert updates[-1] == (steps[-1] - 16) // 8, updates  # one update per vector step past the warm-up
 
 
 # A replay too small to sample from, or a warm-up too short to fill it, would make the first update
 # wait forever: refused (in this process: faster than a new one, the same check)
 @pytest.mark.parametrize("args, flag", [
     (["--buffer-size", "63", "--envs-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
+    (["--buffer-size", "36", "--envs-count", "8"], "--buffer-size"),  # the issue's: 4 rows an environment
     (["--learning-starts", "15", "--envs-count", "8", "--batch-size", "8"], "--learning-starts"),
 ])
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
