@@ -258,7 +258,7 @@ def worker(index, args, acting_network, pipe, shared_step, stop):
     torch.set_num_threads(1)  # the learner needs the cores; acting is one small forward pass
     games, rng = AtariGames(args.env_id, 1, args.seed + index), np.random.default_rng(args.seed + index)
     batch, finished = [], []
-    while not stop.is_set():
+    while not stop.value:  # set by the learner when the run ends
         # ALGO LOGIC: epsilon follows the learner's global step; acting on half-copied new weights is harmless
         obs, firsts = games.obs, games.firsts
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value)
@@ -415,15 +415,14 @@ def check_args(p, args):
                 f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
     if args.learning_starts < args.batch_size:
         p.error(f"argument --learning-starts: must be at least --batch-size ({args.batch_size})")
-    # The first sample needs a stored transition whose next frame is stored too: past the newest
-    # rows (one a column) and the current step's, one more
-    if args.learning_starts < 2 * args.workers_count:
-        p.error(f"argument --learning-starts: must be at least 2 * --workers-count = {2 * args.workers_count}")
+    # (No such check of the warm-up as in dqn_atari.py: a worker's transitions arrive 32 at a time, so
+    # the first update always finds stored transitions whose next frame is stored too.)
     if args.buffer_size < args.batch_size + STACK:
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
-    # Each environment's rows of the replay can be sampled but for its STACK newest ones (the newest has
-    # no next frame yet, the oldest frames of a full ring are overwritten); at most 3 steps in a row are
-    # played for the agent, so with 2 * STACK rows a transition is always there to sample, never a wait.
+    # In a full ring, all of an environment's rows can be sampled but STACK of them: the STACK - 1 oldest
+    # (frames of their stacks are overwritten) and the newest (its next frame is not stored yet). At
+    # most 3 steps in a row are played for the agent (a game's reset and launch), so with 2 * STACK rows
+    # one at least is always a transition; with fewer the first update could wait forever.
     if args.buffer_size // args.workers_count < 2 * STACK:
         p.error(f"argument --buffer-size: must be at least {2 * STACK} rows per worker: "
                 f"{2 * STACK * args.workers_count} with --workers-count {args.workers_count}")
@@ -490,10 +489,16 @@ class Progress:
 def start_workers(args, acting_network):
     """The worker processes, each with its own pipe to the learner; the shared step count and stop flag."""
     context = mp.get_context("spawn")  # fork is unsafe with torch's threads and with CUDA
-    shared_step, stop = context.Value("q", 0), context.Event()
+    # Raw shared memory, no lock: a process killed while it held a lock (kill -9, the OOM killer) would
+    # leave it taken for good, and the next one to touch the value would wait forever. Each value has
+    # one writer, the learner; workers only read it, and a read during a write sees the old value or
+    # the new one (an aligned word is written whole): at worst a step late, which costs nothing.
+    shared_step, stop = context.RawValue("q", 0), context.RawValue("b", 0)
     # One pipe per worker, its write end the worker's only: if the worker dies, even halfway through a
-    # message, the learner reads an end (EOFError), not wait forever as on a queue shared by all. Ctrl-C,
-    # ignored while they start, stays ignored in the workers (it survives exec): the learner stops them.
+    # message, the learner reads an end (EOFError), not wait forever as on a queue shared by all. The other
+    # way round, the read end is the learner's only (spawn gives a worker its own write end and nothing
+    # else): if the learner dies, a worker's next send, at most 32 steps on, fails and the worker ends.
+    # Ctrl-C, ignored while they start, stays ignored in the workers (it survives exec): the learner stops them.
     pipes, workers = [], []
     learner_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     for index in range(args.workers_count):
@@ -516,12 +521,16 @@ def dead_worker(workers):
 
 
 def stop_workers(pipes, workers, stop):
-    stop.set()
+    stop.value = 1
     for pipe in pipes:
         pipe.close()  # a worker waiting to send gets BrokenPipeError and exits
+    # A worker that plays sees the flag within a step; one still starting (importing torch) cannot
+    # look before it plays, and nothing is lost by killing it.
+    deadline = time.time() + 2
     for process in workers:
-        process.join(timeout=5)
+        process.join(timeout=max(deadline - time.time(), 0))
         process.kill()  # no-op for a worker that has exited
+        process.join()  # reaped: no zombie left while the evaluation runs
 
 
 SCRIPT = os.path.basename(__file__)  # saved with the model: only this script's network loads it

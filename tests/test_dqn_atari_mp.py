@@ -177,11 +177,38 @@ def test_workers_do_not_outlive_a_killed_learner(tmp_path):
     assert all_gone(workers, within=10), "orphaned workers notice and exit"
 
 
-# A replay too small to sample from, or a warm-up too short to fill it, would make the first update
-# wait forever: refused (in this process: faster than a new one, the same check)
+def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
+    """8 rows a worker, and the shortest warm-up (--learning-starts 1: transitions arrive 32 at a
+    time, the first update finds some to sample): one row fewer is refused (below)."""
+    proc = start(["--total-timesteps", "300", "--workers-count", "2", "--buffer-size", "16", "--batch-size", "1",
+                  "--learning-starts", "1", "--learn-steps-period", "4"], tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    steps, updates = read_scalars(run_dir_of(tmp_path))["charts/updates"]
+    assert updates[-1] == (steps[-1] - 1) // 4
+
+
+# A replay too small to sample from would make the first update wait forever: refused (in this
+# process: faster than a new one, the same check)
 @pytest.mark.parametrize("args, flag", [
     (["--buffer-size", "36", "--workers-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
-    (["--learning-starts", "15", "--workers-count", "8", "--batch-size", "8"], "--learning-starts"),
+    (["--buffer-size", "15", "--workers-count", "2", "--batch-size", "1", "--learning-starts", "1"], "--buffer-size"),
 ])
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
     assert_refused(dqn_atari_mp.main, args, flag, capsys)
+
+
+def test_stop_workers_kills_and_reaps_a_worker_that_does_not_stop(monkeypatch):
+    """A worker that never looks at the stop flag (here one that sleeps) is killed, then reaped: no
+    zombie is left while the evaluation runs."""
+    context = dqn_atari_mp.mp.get_context("spawn")
+    stubborn = [context.Process(target=time.sleep, args=(60,), daemon=True) for _ in range(2)]
+    for process in stubborn:
+        process.start()
+    stop, started = context.RawValue("b", 0), time.time()
+    dqn_atari_mp.stop_workers([], stubborn, stop)
+    assert stop.value and time.time() - started < 5
+    for process in stubborn:
+        assert process.exitcode == -signal.SIGKILL
+        with pytest.raises(ProcessLookupError):  # reaped: the pid is gone, not a zombie
+            os.kill(process.pid, 0)
