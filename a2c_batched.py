@@ -54,23 +54,48 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
     p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
-    p.add_argument("--torch-deterministic", action=argparse.BooleanOptionalAction, default=True, help="make cudnn deterministic")
+    p.add_argument(
+        "--torch-deterministic", action=argparse.BooleanOptionalAction, default=True, help="make cudnn deterministic"
+    )
     p.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU when there is one")
-    p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
-                   help="save the network into the run directory, then evaluate it")
-    p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
-                   help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)")
-    p.add_argument("--save-every", type=positive_int, default=100_000,
-                   help="with --save-model, also save the model every this many environment steps, over the last save")
-    p.add_argument("--eval-model", metavar="PATH",
-                   help="no training: play --eval-episodes games with a model this script saved, log their scores")
+    p.add_argument(
+        "--save-model",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="save the network into the run directory, then evaluate it",
+    )
+    p.add_argument(
+        "--capture-video",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)",
+    )
+    p.add_argument(
+        "--save-every",
+        type=positive_int,
+        default=100_000,
+        help="with --save-model, also save the model every this many environment steps, over the last save",
+    )
+    p.add_argument(
+        "--eval-model",
+        metavar="PATH",
+        help="no training: play --eval-episodes games with a model this script saved, log their scores",
+    )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    p.add_argument("--eval-epsilon", type=probability, default=0.05,
-                   help="chance of a random action instead of the policy's sample in the evaluation games")
+    p.add_argument(
+        "--eval-epsilon",
+        type=probability,
+        default=0.05,
+        help="chance of a random action instead of the policy's sample in the evaluation games",
+    )
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
-    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000,
-                   help="environment steps of the run, summed over the environments")
+    p.add_argument(
+        "--total-timesteps",
+        type=positive_int,
+        default=10_000_000,
+        help="environment steps of the run, summed over the environments",
+    )
     p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="Adam's learning rate")
     p.add_argument("--envs-count", type=positive_int, default=16, help="environments stepped together")
     p.add_argument("--rollout-length", type=positive_int, default=10, help="steps whose losses make one gradient step")
@@ -87,10 +112,23 @@ def parse_args(argv=None):
 def make_env(env_id, envs_count, seed):
     """AtariVectorEnv with the DeepMind preprocessing in C++: 0-29 no-op frames on reset, frame skip 4
     with a max over the last two frames, one 84x84 gray frame a step; raw rewards and real game ends."""
-    return AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=False,
-                          stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
-                          repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
-                          episodic_life=False, life_loss_info=False, reward_clipping=False)
+    return AtariVectorEnv(
+        rom_name(env_id),
+        envs_count,
+        noop_max=30,
+        frameskip=4,
+        maxpool=True,
+        use_fire_reset=False,
+        stack_num=1,
+        img_height=FRAME_SHAPE[0],
+        img_width=FRAME_SHAPE[1],
+        grayscale=True,
+        repeat_action_probability=0.0,
+        max_num_frames_per_episode=108_000,
+        episodic_life=False,
+        life_loss_info=False,
+        reward_clipping=False,
+    )
 
 
 def push_frames(obs, frames, starts):
@@ -167,11 +205,15 @@ class Agent(nn.Module):
     def __init__(self, actions_count):
         super().__init__()
         self.network = nn.Sequential(
-            layer_init(nn.Conv2d(STACK, 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            layer_init(nn.Conv2d(STACK, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(3136, 512)), nn.ReLU(),
+            layer_init(nn.Linear(3136, 512)),
+            nn.ReLU(),
         )
         # A small actor head starts the policy near uniform, so every action gets tried.
         self.actor = layer_init(nn.Linear(512, actions_count), std=0.01)
@@ -231,7 +273,7 @@ def main(argv=None):
         target = td_target(rewards_t, dones_t, next_values.detach(), args.gamma)  # a fixed target: semi-gradient TD
         td_errors = target - values
         actor_loss = -dist.log_prob(actions) * td_errors.detach()  # the advantage only scales the actor's gradient
-        critic_loss = td_errors ** 2
+        critic_loss = td_errors**2
         if valid.any():
             valid_t = torch.from_numpy(valid).to(device)
             actor_losses.append(actor_loss[valid_t])
@@ -272,12 +314,15 @@ def main(argv=None):
 # A first reading may stop here: below are the checks of the flags, progress and time left,
 # checkpoints and stop signals, and the evaluation of a saved model.
 
+
 def number_type(name, kind, is_allowed, allowed):
     """An argparse type: `kind(text)`, refused unless is_allowed(value), with 'must be ALLOWED, got TEXT'."""
+
     def read(text):
         if not is_allowed(value := kind(text)):
             raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
         return value
+
     read.__name__ = name  # argparse names it in "invalid positive_int value: 'x'"
     return read
 
@@ -299,8 +344,10 @@ def check_args(p, args):
     """The checks that need more than one flag or a look at the game, done before any long work."""
     with warnings.catch_warnings(action="ignore"):  # ale-py warns about an unknown name; the error below says more
         if roms.get_rom_path(rom_name(args.env_id)) is None:
-            p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
-                    f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
+            p.error(
+                f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
+                f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')"
+            )
     if args.capture_video:
         try:
             import imageio  # noqa: F401
@@ -349,9 +396,12 @@ class Progress:
                 self.writer.add_scalar(tag, value, step)
             self.recent_prints.append((self.last_print, step))
             rate = (step - self.recent_prints[0][1]) / (self.last_print - self.recent_prints[0][0])
-            print(f"step {step:,}/{self.total:,} | {rate:,.0f} steps/s | {time_left(self.total - step, rate)} left"
-                  f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
-                  f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}", flush=True)
+            print(
+                f"step {step:,}/{self.total:,} | {rate:,.0f} steps/s | {time_left(self.total - step, rate)} left"
+                f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
+                f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}",
+                flush=True,
+            )
         if self.warm_up is not None and updates and self.recent_prints[0][1] <= self.warm_up:
             self.last_print = time.time()
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
@@ -381,8 +431,12 @@ class Checkpoints:
     def save(self):
         """Into a temporary file renamed over the model: a run killed at any moment leaves a whole model."""
         # tensors, strings and plain ints only (not numpy's): what torch.load(weights_only=True) reads
-        model = {"script": SCRIPT, "env_id": self.args.env_id, "actions_count": int(self.actions_count),
-                 "state_dict": self.network.state_dict()}
+        model = {
+            "script": SCRIPT,
+            "env_id": self.args.env_id,
+            "actions_count": int(self.actions_count),
+            "state_dict": self.network.state_dict(),
+        }
         torch.save(model, self.path + ".tmp")  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
         os.replace(self.path + ".tmp", self.path)  # atomic: the old model or the new one, nothing in between
 
@@ -416,8 +470,10 @@ def model_error(path, env_id, actions_count):
     if model["script"] != SCRIPT:
         return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
     if model["actions_count"] != actions_count:
-        return (f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
-                f"add --env-id {model['env_id']}")
+        return (
+            f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
+            f"add --env-id {model['env_id']}"
+        )
     return None
 
 
@@ -444,8 +500,11 @@ def evaluate_and_log(network, args, run_dir, writer, device):
     returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
     for i, episodic_return in enumerate(returns):
         writer.add_scalar("eval/episodic_return", episodic_return, i)
-    print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
-          f"(scores {', '.join(f'{r:g}' for r in returns)})", flush=True)
+    print(
+        f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
+        f"(scores {', '.join(f'{r:g}' for r in returns)})",
+        flush=True,
+    )
 
 
 def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
@@ -466,6 +525,7 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
         for score, _ in finished:
             if video:  # frames are kept only for --capture-video
                 import imageio
+
                 big = [np.kron(frame, np.ones((4, 4), dtype=np.uint8)) for frame in video]  # 84x84 -> 336x336
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)

@@ -44,17 +44,34 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
     p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
-    p.add_argument("--torch-deterministic", action=argparse.BooleanOptionalAction, default=True, help="make cudnn deterministic")
+    p.add_argument(
+        "--torch-deterministic", action=argparse.BooleanOptionalAction, default=True, help="make cudnn deterministic"
+    )
     p.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU when there is one")
-    p.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=False,
-                   help="save the Q-network into the run directory, then evaluate it")
-    p.add_argument("--capture-video", action=argparse.BooleanOptionalAction, default=False,
-                   help="with --save-model or --eval-model, record the evaluation games as mp4 under videos/ "
-                        "(needs imageio, imageio-ffmpeg)")
-    p.add_argument("--save-every", type=positive_int, default=100_000,
-                   help="with --save-model, also save the model every this many environment steps, over the last save")
-    p.add_argument("--eval-model", metavar="PATH",
-                   help="no training: play --eval-episodes games with a model this script saved, log their scores")
+    p.add_argument(
+        "--save-model",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="save the Q-network into the run directory, then evaluate it",
+    )
+    p.add_argument(
+        "--capture-video",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="with --save-model or --eval-model, record the evaluation games as mp4 under videos/ "
+        "(needs imageio, imageio-ffmpeg)",
+    )
+    p.add_argument(
+        "--save-every",
+        type=positive_int,
+        default=100_000,
+        help="with --save-model, also save the model every this many environment steps, over the last save",
+    )
+    p.add_argument(
+        "--eval-model",
+        metavar="PATH",
+        help="no training: play --eval-episodes games with a model this script saved, log their scores",
+    )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
     p.add_argument("--eval-epsilon", type=probability, default=0.05, help="epsilon of the evaluation games")
     # Algorithm
@@ -64,16 +81,25 @@ def parse_args(argv=None):
     p.add_argument("--buffer-size", type=positive_int, default=1_000_000, help="transitions the replay memory holds")
     p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
     p.add_argument("--tau", type=probability, default=1.0, help="target network update rate (1.0: a hard copy)")
-    p.add_argument("--target-network-frequency", type=positive_int, default=1000,
-                   help="environment steps between target network updates")
+    p.add_argument(
+        "--target-network-frequency", type=positive_int, default=1000, help="environment steps between target network updates"
+    )
     p.add_argument("--batch-size", type=positive_int, default=32, help="transitions per gradient update")
     p.add_argument("--start-e", type=probability, default=1.0, help="epsilon at the start")
     p.add_argument("--end-e", type=probability, default=0.01, help="epsilon at the end of the decay")
-    p.add_argument("--exploration-fraction", type=probability, default=0.10,
-                   help="fraction of --total-timesteps over which epsilon decays")
+    p.add_argument(
+        "--exploration-fraction",
+        type=probability,
+        default=0.10,
+        help="fraction of --total-timesteps over which epsilon decays",
+    )
     p.add_argument("--learning-starts", type=non_negative_int, default=80_000, help="environment steps before learning")
-    p.add_argument("--learn-steps-period", type=positive_int, default=4,
-                   help="environment steps, summed over all environments, per gradient update")
+    p.add_argument(
+        "--learn-steps-period",
+        type=positive_int,
+        default=4,
+        help="environment steps, summed over all environments, per gradient update",
+    )
     args = p.parse_args(argv)
     check_args(p, args)  # what a flag's type cannot check alone (plumbing, below main)
     return args
@@ -83,10 +109,23 @@ def parse_args(argv=None):
 def make_env(env_id, envs_count, seed):
     """AtariVectorEnv with the DeepMind preprocessing in C++: 0-29 no-op frames on reset, frame skip 4
     with a max over the last two frames, one 84x84 gray frame a step; raw rewards and real game ends."""
-    return AtariVectorEnv(rom_name(env_id), envs_count, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=False,
-                          stack_num=1, img_height=FRAME_SHAPE[0], img_width=FRAME_SHAPE[1], grayscale=True,
-                          repeat_action_probability=0.0, max_num_frames_per_episode=108_000,
-                          episodic_life=False, life_loss_info=False, reward_clipping=False)
+    return AtariVectorEnv(
+        rom_name(env_id),
+        envs_count,
+        noop_max=30,
+        frameskip=4,
+        maxpool=True,
+        use_fire_reset=False,
+        stack_num=1,
+        img_height=FRAME_SHAPE[0],
+        img_width=FRAME_SHAPE[1],
+        grayscale=True,
+        repeat_action_probability=0.0,
+        max_num_frames_per_episode=108_000,
+        episodic_life=False,
+        life_loss_info=False,
+        reward_clipping=False,
+    )
 
 
 def push_frames(obs, frames, starts):
@@ -156,11 +195,15 @@ class QNetwork(nn.Module):
     def __init__(self, actions_count):
         super().__init__()
         self.network = nn.Sequential(
-            nn.Conv2d(STACK, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(STACK, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
             nn.Flatten(),
-            nn.Linear(3136, 512), nn.ReLU(),
+            nn.Linear(3136, 512),
+            nn.ReLU(),
             nn.Linear(512, actions_count),
         )
 
@@ -323,12 +366,15 @@ def main(argv=None):
 # A first reading may stop here: below are the checks of the flags, progress and time left,
 # checkpoints and stop signals, and the evaluation of a saved model.
 
+
 def number_type(name, kind, is_allowed, allowed):
     """An argparse type: `kind(text)`, refused unless is_allowed(value), with 'must be ALLOWED, got TEXT'."""
+
     def read(text):
         if not is_allowed(value := kind(text)):
             raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
         return value
+
     read.__name__ = name  # argparse names it in "invalid positive_int value: 'x'"
     return read
 
@@ -365,8 +411,10 @@ def available_memory_bytes():
 def check_args(p, args):
     """The checks that need more than one flag or a look at the game, done before any long work."""
     if roms.get_rom_path(rom_name(args.env_id)) is None:
-        p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
-                f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')")
+        p.error(
+            f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
+            f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')"
+        )
     if args.learning_starts < args.batch_size:
         p.error(f"argument --learning-starts: must be at least --batch-size ({args.batch_size})")
     # When learning starts, the replay holds the steps before the current one, and the newest row of
@@ -384,8 +432,10 @@ def check_args(p, args):
         p.error(f"argument --buffer-size: must be at least {2 * STACK}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
     if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay
-        p.error(f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
-                f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}")
+        p.error(
+            f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
+            f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}"
+        )
     if args.capture_video:
         try:
             import imageio  # noqa: F401
@@ -434,9 +484,12 @@ class Progress:
                 self.writer.add_scalar(tag, value, step)
             self.recent_prints.append((self.last_print, step))
             rate = (step - self.recent_prints[0][1]) / (self.last_print - self.recent_prints[0][0])
-            print(f"step {step:,}/{self.total:,} | {rate:,.0f} steps/s | {time_left(self.total - step, rate)} left"
-                  f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
-                  f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}", flush=True)
+            print(
+                f"step {step:,}/{self.total:,} | {rate:,.0f} steps/s | {time_left(self.total - step, rate)} left"
+                f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
+                f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}",
+                flush=True,
+            )
         if self.warm_up is not None and updates and self.recent_prints[0][1] <= self.warm_up:
             self.last_print = time.time()
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
@@ -466,8 +519,12 @@ class Checkpoints:
     def save(self):
         """Into a temporary file renamed over the model: a run killed at any moment leaves a whole model."""
         # tensors, strings and plain ints only (not numpy's): what torch.load(weights_only=True) reads
-        model = {"script": SCRIPT, "env_id": self.args.env_id, "actions_count": int(self.actions_count),
-                 "state_dict": self.network.state_dict()}
+        model = {
+            "script": SCRIPT,
+            "env_id": self.args.env_id,
+            "actions_count": int(self.actions_count),
+            "state_dict": self.network.state_dict(),
+        }
         torch.save(model, self.path + ".tmp")  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
         os.replace(self.path + ".tmp", self.path)  # atomic: the old model or the new one, nothing in between
 
@@ -501,8 +558,10 @@ def model_error(path, env_id, actions_count):
     if model["script"] != SCRIPT:
         return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
     if model["actions_count"] != actions_count:
-        return (f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
-                f"add --env-id {model['env_id']}")
+        return (
+            f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
+            f"add --env-id {model['env_id']}"
+        )
     return None
 
 
@@ -529,8 +588,11 @@ def evaluate_and_log(network, args, run_dir, writer, device):
     returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
     for i, episodic_return in enumerate(returns):
         writer.add_scalar("eval/episodic_return", episodic_return, i)
-    print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
-          f"(scores {', '.join(f'{r:g}' for r in returns)})", flush=True)
+    print(
+        f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
+        f"(scores {', '.join(f'{r:g}' for r in returns)})",
+        flush=True,
+    )
 
 
 def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None):
@@ -551,6 +613,7 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
         for score, _ in finished:
             if video:  # frames are kept only for --capture-video
                 import imageio
+
                 big = [np.kron(frame, np.ones((4, 4), dtype=np.uint8)) for frame in video]  # 84x84 -> 336x336
                 imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
             returns.append(score)

@@ -18,6 +18,7 @@ This process makes itself a child subreaper (Linux's prctl), so the orphans of a
 become its children: waitpid then tells when each has ended, and a zombie counts as not ended.
 Whatever a try leaves is killed with its process group before the next one.
 """
+
 import argparse
 import ctypes
 import os
@@ -85,14 +86,20 @@ def one_try(target, phase, rng, max_delay, seed, tmp):
     exit, for 'learner' until the last process of the run ended; what went wrong, if anything."""
     out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
     with open(out, "w") as stdout, open(err, "w") as stderr:
-        learner = subprocess.Popen([sys.executable, SCRIPT, *RUN, *(WARM_UP if phase == "warm-up" else LEARNING),
-                                    "--seed", str(seed)], cwd=tmp, stdout=stdout, stderr=stderr, start_new_session=True)
+        learner = subprocess.Popen(
+            [sys.executable, SCRIPT, *RUN, *(WARM_UP if phase == "warm-up" else LEARNING), "--seed", str(seed)],
+            cwd=tmp,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
     reaped = set()
     try:
         if not wait_until(lambda: len(children(learner.pid)[0]) >= 2 or learner.poll() is not None, time.time() + 120):
             return False, None, "the workers did not start within 120 s"
-        if phase == "learning" and not wait_until(lambda: re.search(r"updates [1-9]", text_of(out)) or learner.poll() is not None,
-                                                  time.time() + 120, step=0.1):
+        if phase == "learning" and not wait_until(
+            lambda: re.search(r"updates [1-9]", text_of(out)) or learner.poll() is not None, time.time() + 120, step=0.1
+        ):
             return False, None, "no progress line with updates within 120 s"
         if learner.poll() is not None:
             return False, None, f"the run ended before the kill: {text_of(err)[-500:]}"
@@ -183,14 +190,22 @@ def main():
                 ok, seconds, problem = one_try(target, phase, rng, args.max_delay, args.seed + n, tmp)
             results.setdefault(target, []).append((ok, seconds, phase))
             shown = f"{seconds:.2f} s" if seconds is not None else "-"
-            print(f"{target} killed, try {n + 1}/{args.tries} ({phase}): {'ok' if ok else 'FAILED'} {shown}"
-                  f"{'' if ok else ': ' + problem}", flush=True)
+            print(
+                f"{target} killed, try {n + 1}/{args.tries} ({phase}): {'ok' if ok else 'FAILED'} {shown}"
+                f"{'' if ok else ': ' + problem}",
+                flush=True,
+            )
     lines = []
-    for target, what in (("worker", "learner exited within 10 s naming it, no process left"),
-                         ("learner", "no process of the run left after 10 s")):
+    for target, what in (
+        ("worker", "learner exited within 10 s naming it, no process left"),
+        ("learner", "no process of the run left after 10 s"),
+    ):
         ok = [seconds for good, seconds, _ in results[target] if good]
-        by_phase = ", ".join(f"{phase} {sum(good for good, _, p in results[target] if p == phase)}/"
-                             f"{sum(p == phase for _, _, p in results[target])}" for phase in ("warm-up", "learning"))
+        by_phase = ", ".join(
+            f"{phase} {sum(good for good, _, p in results[target] if p == phase)}/"
+            f"{sum(p == phase for _, _, p in results[target])}"
+            for phase in ("warm-up", "learning")
+        )
         timing = f", max {max(ok):.2f} s, mean {sum(ok) / len(ok):.2f} s" if ok else ""
         lines.append(f"{target} killed: {len(ok)}/{len(results[target])} {what} ({by_phase}){timing}")
     print("; ".join(lines))

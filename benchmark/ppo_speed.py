@@ -43,12 +43,19 @@ import ppo_atari  # noqa: E402
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=ppo_atari.positive_int, default=1,
-                   help="torch's intra-op threads for both measurements")
-    p.add_argument("--iterations", type=ppo_atari.positive_int, default=8,
-                   help="iterations of the script that are timed (one more runs first, untimed)")
-    p.add_argument("--bound-iterations", type=ppo_atari.positive_int, default=2,
-                   help="iterations' worth of passes timed for the bound, before and after the script")
+    p.add_argument("--threads", type=ppo_atari.positive_int, default=1, help="torch's intra-op threads for both measurements")
+    p.add_argument(
+        "--iterations",
+        type=ppo_atari.positive_int,
+        default=8,
+        help="iterations of the script that are timed (one more runs first, untimed)",
+    )
+    p.add_argument(
+        "--bound-iterations",
+        type=ppo_atari.positive_int,
+        default=2,
+        help="iterations' worth of passes timed for the bound, before and after the script",
+    )
     return p.parse_args()
 
 
@@ -128,28 +135,40 @@ def main():
     actions_count = envs.single_action_space.n
     envs.close()
     batch = defaults.envs_count * defaults.rollout_length
-    print(f"ppo_atari.py defaults: {defaults.env_id}, {defaults.envs_count} envs x {defaults.rollout_length} steps, "
-          f"{defaults.update_epochs} epochs x {defaults.num_minibatches} minibatches of {batch // defaults.num_minibatches}"
-          f" | torch threads {torch.get_num_threads()} | load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"ppo_atari.py defaults: {defaults.env_id}, {defaults.envs_count} envs x {defaults.rollout_length} steps, "
+        f"{defaults.update_epochs} epochs x {defaults.num_minibatches} minibatches of {batch // defaults.num_minibatches}"
+        f" | torch threads {torch.get_num_threads()} | load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
     before = bound_seconds_per_iteration(defaults, actions_count, args.bound_iterations)
-    print(f"bound, before: {before[0]:.2f} s of network passes per iteration ({before[1]:.2f} CPU s) = "
-          f"{batch / before[0]:,.0f} steps/s", flush=True)
+    print(
+        f"bound, before: {before[0]:.2f} s of network passes per iteration ({before[1]:.2f} CPU s) = "
+        f"{batch / before[0]:,.0f} steps/s",
+        flush=True,
+    )
     emulator = emulator_seconds_per_iteration(defaults, args.iterations)
     print(f"emulator alone: {emulator[0]:.2f} s of environment steps per iteration ({emulator[1]:.2f} CPU s)", flush=True)
     script, script_cpu = script_steps_per_second(args.iterations)
     print(f"script: {script:,.0f} steps/s ({script_cpu:,.0f} per CPU s) over {args.iterations} iterations", flush=True)
     after = bound_seconds_per_iteration(defaults, actions_count, args.bound_iterations)
-    print(f"bound, after: {after[0]:.2f} s of network passes per iteration ({after[1]:.2f} CPU s) = "
-          f"{batch / after[0]:,.0f} steps/s", flush=True)
+    print(
+        f"bound, after: {after[0]:.2f} s of network passes per iteration ({after[1]:.2f} CPU s) = "
+        f"{batch / after[0]:,.0f} steps/s",
+        flush=True,
+    )
 
     bound = batch / ((before[0] + after[0]) / 2)
     bound_cpu = batch / ((before[1] + after[1]) / 2)
     with_emulator = batch / ((before[0] + after[0]) / 2 + emulator[0])
-    print(f"bound {bound:,.0f} steps/s | script {script:,.0f} steps/s | ratio {script / bound:.1%} (target >= 85%) | "
-          f"bound with the emulator {with_emulator:,.0f} steps/s, script at {script / with_emulator:.1%} of it | "
-          f"per CPU second: bound {bound_cpu:,.0f}, script {script_cpu:,.0f}, ratio {script_cpu / bound_cpu:.1%} | "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"bound {bound:,.0f} steps/s | script {script:,.0f} steps/s | ratio {script / bound:.1%} (target >= 85%) | "
+        f"bound with the emulator {with_emulator:,.0f} steps/s, script at {script / with_emulator:.1%} of it | "
+        f"per CPU second: bound {bound_cpu:,.0f}, script {script_cpu:,.0f}, ratio {script_cpu / bound_cpu:.1%} | "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

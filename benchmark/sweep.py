@@ -16,6 +16,7 @@ docs/results/README.md), its command on the first line. A run whose command is a
 line of a CSV there is skipped, so a sweep can be spread over several sittings: run the same
 command again and only the missing runs run. A CSV is never overwritten.
 """
+
 import argparse
 import os
 import re
@@ -43,8 +44,11 @@ def run_dir_in(log_path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     p.add_argument("--runs", nargs="+", required=True, metavar="'SCRIPT FLAGS'", help="a script and its flags, quoted")
     p.add_argument("--seeds", nargs="+", type=int, default=[1], help="seeds to run each entry with")
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="the game of every run")
@@ -77,9 +81,16 @@ def main(argv=None):
             number = len(jobs) + 1
             flags = [*entry[1:], "--env-id", args.env_id, "--total-timesteps", str(args.total_timesteps), "--seed", str(seed)]
             name = f"{number:02d}_{os.path.splitext(entry[0])[0]}_seed{seed}"
-            jobs.append({"number": number, "entry": entry, "seed": seed, "log": os.path.join(args.out, "logs", f"{name}.log"),
-                         "argv": [sys.executable, os.path.join(ROOT, entry[0]), *flags],
-                         "command": shlex.join(["python", entry[0], *flags])})  # as a user would type it
+            jobs.append(
+                {
+                    "number": number,
+                    "entry": entry,
+                    "seed": seed,
+                    "log": os.path.join(args.out, "logs", f"{name}.log"),
+                    "argv": [sys.executable, os.path.join(ROOT, entry[0]), *flags],
+                    "command": shlex.join(["python", entry[0], *flags]),
+                }
+            )  # as a user would type it
     for job in jobs:
         if job["command"] in done:
             print(f"[{job['number']}/{len(jobs)}] {job['command']}: skipped, already in {done[job['command']]}", flush=True)
@@ -106,13 +117,17 @@ def main(argv=None):
                 except FileExistsError:
                     csv += " (exists already, left as is)"
             status = "ok" if code == 0 else f"FAILED (exit {code})"
-            print(f"[{job['number']}/{len(jobs)}] {status} after {minutes:.1f} min: {job['command']}\n"
-                  f"    log: {job['log']} | results: {csv} | {tail}", flush=True)
+            print(
+                f"[{job['number']}/{len(jobs)}] {status} after {minutes:.1f} min: {job['command']}\n"
+                f"    log: {job['log']} | results: {csv} | {tail}",
+                flush=True,
+            )
             results.append((job, status, minutes, csv))
         # Start the next run once those running have made their run directory: two runs of one
         # script and seed started within the same second would otherwise pick the same name.
-        while (pending and len(running) < args.jobs
-               and all(job["run_dir"] or job["proc"].poll() is not None for job in running)):
+        while (
+            pending and len(running) < args.jobs and all(job["run_dir"] or job["proc"].poll() is not None for job in running)
+        ):
             job = pending.pop(0)
             job["file"], job["run_dir"], job["started"] = open(job["log"], "w"), None, time.time()
             job["proc"] = subprocess.Popen(job["argv"], cwd=args.out, stdout=job["file"], stderr=subprocess.STDOUT, env=env)
@@ -125,9 +140,11 @@ def main(argv=None):
         print(f"| {' '.join(job['entry'])} | {job['seed']} | {status} | {minutes:.1f} | {csv} |")
     failed = sum(status not in ("ok", "skipped") for _, status, _, _ in results)
     skipped = sum(status == "skipped" for _, status, _, _ in results)
-    print(f"\n{len(results) - failed - skipped} of {len(results)} runs ended well, {skipped} skipped, {failed} failed. "
-          f"Compare them with:\n  python benchmark/compare.py {args.results_dir} "
-          f"--plot {os.path.join(args.out, 'curves.png')}")
+    print(
+        f"\n{len(results) - failed - skipped} of {len(results)} runs ended well, {skipped} skipped, {failed} failed. "
+        f"Compare them with:\n  python benchmark/compare.py {args.results_dir} "
+        f"--plot {os.path.join(args.out, 'curves.png')}"
+    )
     return 1 if failed else 0
 
 

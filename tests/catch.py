@@ -11,6 +11,7 @@ one uint8 frame per game, (envs, 1, 84, 84); a finished game is reset on the nex
 ignores its action.
 Catch has one life and no FIRE: `ale.get_action_set()` says so, as AtariVectorEnv's does.
 """
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,9 +47,9 @@ class CatchVectorEnv(VectorEnv):
     def _push_frame(self, e):
         frame = np.zeros((84, 84), dtype=np.uint8)
         r, c = self.ball_row[e], self.ball_col[e]
-        frame[r * CELL:(r + 1) * CELL, c * CELL:(c + 1) * CELL] = 255
+        frame[r * CELL : (r + 1) * CELL, c * CELL : (c + 1) * CELL] = 255
         p = self.paddle[e]
-        frame[84 - CELL // 2:, p * CELL:(p + 1) * CELL] = 128
+        frame[84 - CELL // 2 :, p * CELL : (p + 1) * CELL] = 128
         self.stack[e, :-1] = self.stack[e, 1:]
         self.stack[e, -1] = frame
 

@@ -15,8 +15,10 @@ def read_scalars(run_dir):
     """{tag: (steps, values)} from a run directory's TensorBoard events."""
     events = EventAccumulator(run_dir, size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
-    return {tag: (np.array([e.step for e in events.Scalars(tag)]), np.array([e.value for e in events.Scalars(tag)]))
-            for tag in events.Tags()["scalars"]}
+    return {
+        tag: (np.array([e.step for e in events.Scalars(tag)]), np.array([e.value for e in events.Scalars(tag)]))
+        for tag in events.Tags()["scalars"]
+    }
 
 
 def read_text(run_dir, tag="hyperparameters"):
@@ -29,8 +31,9 @@ def read_text(run_dir, tag="hyperparameters"):
 def run_script(script, args, cwd, timeout=300, env=None):
     """Run a project script as a user would; return (completed process, the run directory it made)."""
     before = set(os.listdir(os.path.join(cwd, "runs"))) if os.path.isdir(os.path.join(cwd, "runs")) else set()
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     made = sorted(set(os.listdir(os.path.join(cwd, "runs"))) - before)
     assert len(made) == 1, made
@@ -39,8 +42,9 @@ def run_script(script, args, cwd, timeout=300, env=None):
 
 def run_bad(script, args, tmp_path):
     """Run a script with bad input: it must fail at once with a usage error (exit 2), no traceback."""
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr
     assert not os.path.exists(os.path.join(tmp_path, "runs")), "no run directory for bad input"
@@ -82,6 +86,7 @@ def check_breakout_events(scalars, tags, steps, envs):
 def catch_returns(script_module, argv, monkeypatch):
     """Run a script's main() on tests/catch.py instead of Atari; the returns of its games in order."""
     import catch
+
     monkeypatch.setattr(script_module, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
     return read_scalars(script_module.main(argv))["charts/episodic_return"][1]
 
@@ -100,6 +105,7 @@ def one_torch_thread():
     # The policy-gradient tests' batches are small: a second thread gains little, and on a busy
     # machine threads that wait for each other make a run several times slower.
     import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -1,4 +1,5 @@
 """Worker stand-ins for dqn_atari_mp.py's failure tests; importable by spawned processes."""
+
 import dqn_atari_mp
 
 

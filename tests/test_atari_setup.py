@@ -2,12 +2,14 @@
 no-op frames, then a FIRE step and an action-2 step played for the agent; after a lost life the
 game is relaunched for the agent (whatever it does), and every episode, a game's or a life's,
 starts with a stack of four copies of its first frame."""
+
 import signal
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from conftest import read_scalars
 from torch.distributions import Categorical
 
 import a2c_batched
@@ -16,7 +18,6 @@ import dqn_atari_mp
 import dqn_atari_vec
 import ppo_atari
 import pqn_atari
-from conftest import read_scalars
 
 SCRIPTS = [dqn_atari, dqn_atari_vec, dqn_atari_mp, a2c_batched, ppo_atari, pqn_atari]
 # A Breakout game in which the agent never moves and never presses FIRE: five lives of about 25
@@ -86,8 +87,9 @@ def check_noop_games(calls, lengths, scalars=None, total=None):
         assert total <= agent_steps < total + len(starts[0])
 
 
-@pytest.mark.parametrize("script, extra", [(dqn_atari, []), (dqn_atari_vec, ["--envs-count", "2"])],
-                         ids=["dqn_atari", "dqn_atari_vec"])
+@pytest.mark.parametrize(
+    "script, extra", [(dqn_atari, []), (dqn_atari_vec, ["--envs-count", "2"])], ids=["dqn_atari", "dqn_atari_vec"]
+)
 def test_dqn_loop_relaunches_every_life_and_starts_fresh_stacks(script, extra, in_tmp, monkeypatch):
     monkeypatch.setattr(script, "epsilon_greedy", lambda net, obs, *args: np.zeros(len(obs), dtype=np.int64))
     calls = spy_on_stacks(script, monkeypatch)
@@ -113,7 +115,9 @@ def test_policy_gradient_loop_relaunches_every_life_and_starts_fresh_stacks(scri
 def test_pqn_loop_relaunches_every_life_and_starts_fresh_stacks(in_tmp, monkeypatch, one_torch_thread):
     monkeypatch.setattr(pqn_atari, "epsilon_greedy", lambda q_values, *args: np.zeros(len(q_values), dtype=np.int64))
     calls = spy_on_stacks(pqn_atari, monkeypatch)
-    run_dir = pqn_atari.main(["--total-timesteps", "1280", "--envs-count", "2", "--rollout-length", "64", "--update-epochs", "1"])
+    run_dir = pqn_atari.main(
+        ["--total-timesteps", "1280", "--envs-count", "2", "--rollout-length", "64", "--update-epochs", "1"]
+    )
     scalars = read_scalars(run_dir)
     check_noop_games(calls, scalars["charts/episodic_length"][1], scalars, 1280)
 
@@ -138,7 +142,7 @@ def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, on
     finally:
         signal.signal(signal.SIGINT, sigint)
     lengths = np.array([length for m in messages for _, length in m[7]])  # the games each batch finished
-    check_noop_games(calls[:len(messages) * dqn_atari_mp.SEND_BATCH], lengths)
+    check_noop_games(calls[: len(messages) * dqn_atari_mp.SEND_BATCH], lengths)
 
 
 class Recorder:
@@ -166,7 +170,9 @@ def test_evaluation_launches_every_game_and_relaunches_every_life(script, one_to
     def noop_policy(obs):
         seen.append(obs.clone())
         scores = torch.tensor([[1.0, 0.0, 0.0, 0.0]]).expand(len(obs), 4)
-        return scores if script in (dqn_atari, dqn_atari_vec, dqn_atari_mp, pqn_atari) else (scores * 1e4, torch.zeros(len(obs)))
+        return (
+            scores if script in (dqn_atari, dqn_atari_vec, dqn_atari_mp, pqn_atari) else (scores * 1e4, torch.zeros(len(obs)))
+        )
 
     returns = script.evaluate(noop_policy, "BreakoutNoFrameskip-v4", 5, 2, 0.0, "cpu")
     assert len(returns) == 2 and len(seen) <= 2 * NOOP_GAME_STEPS, len(seen)
@@ -182,10 +188,22 @@ def test_gray_frame_is_cleanrls_gray_to_one_level():
     """The emulator's gray palette, maxed and resized in C++, against CleanRL's order (max of RGB frames,
     resized, then gray with ITU-R 601 weights, as cv2 converts) on the same 300 steps of Breakout:
     the two differ by at most one gray level, so the order of those steps is no difference that matters."""
+
     def game(grayscale):
-        envs = dqn_atari.AtariVectorEnv("breakout", 1, noop_max=30, frameskip=4, maxpool=True, use_fire_reset=True,
-                                        stack_num=1, img_height=84, img_width=84, grayscale=grayscale,
-                                        repeat_action_probability=0.0, reward_clipping=False)
+        envs = dqn_atari.AtariVectorEnv(
+            "breakout",
+            1,
+            noop_max=30,
+            frameskip=4,
+            maxpool=True,
+            use_fire_reset=True,
+            stack_num=1,
+            img_height=84,
+            img_width=84,
+            grayscale=grayscale,
+            repeat_action_probability=0.0,
+            reward_clipping=False,
+        )
         envs.reset(seed=3)
         return envs
 

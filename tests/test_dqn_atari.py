@@ -1,21 +1,39 @@
 """dqn_atari.py on real ALE games, plus its pure pieces checked against hand-computed values."""
+
 import os
 import subprocess
 import sys
 
+import catch
 import numpy as np
 import pytest
 import torch
 from ale_py.vector_env import AtariVectorEnv
-
-import catch
-import dqn_atari
 from conftest import ROOT, assert_refused, catch_returns, read_scalars, read_text, run_bad, run_script
 
+import dqn_atari
+
 # A short Breakout run: 600 warm-up steps, then 1,200 learning steps at one update per 2 steps.
-SHORT = ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1800", "--learning-starts", "600",
-         "--buffer-size", "5000", "--batch-size", "8", "--learn-steps-period", "2", "--target-network-frequency", "300",
-         "--exploration-fraction", "0.5", "--seed", "3"]
+SHORT = [
+    "--env-id",
+    "BreakoutNoFrameskip-v4",
+    "--total-timesteps",
+    "1800",
+    "--learning-starts",
+    "600",
+    "--buffer-size",
+    "5000",
+    "--batch-size",
+    "8",
+    "--learn-steps-period",
+    "2",
+    "--target-network-frequency",
+    "300",
+    "--exploration-fraction",
+    "0.5",
+    "--seed",
+    "3",
+]
 SHORT_UPDATES = (1800 - 600) // 2
 
 
@@ -29,8 +47,16 @@ def short_run(tmp_path_factory):
 def test_short_run_logs_what_a_user_reads(short_run):
     proc, run_dir = short_run
     scalars = read_scalars(run_dir)
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon", "charts/updates",
-                "losses/td_loss", "losses/q_values", "eval/episodic_return"]:
+    for tag in [
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/SPS",
+        "charts/epsilon",
+        "charts/updates",
+        "losses/td_loss",
+        "losses/q_values",
+        "eval/episodic_return",
+    ]:
         assert tag in scalars, tag
         steps, values = scalars[tag]
         assert np.all(np.isfinite(values)), tag
@@ -130,7 +156,9 @@ def test_replay_rebuilds_the_real_stacks_across_games_and_the_wrap():
     assert checked > capacity - 40
     assert episode_starts_seen >= 3 * 5, "several games and lives began inside the ring"
     # The rows that cannot be rebuilt are exactly the reset steps, the newest row and the oldest three.
-    assert (~ok).sum() == (~replay.valid[:, 0]).sum() + 1 + 3 - (~replay.valid[:, 0])[[(replay.pos + k) % capacity for k in (-1, 0, 1, 2)]].sum()
+    assert (~ok).sum() == (~replay.valid[:, 0]).sum() + 1 + 3 - (~replay.valid[:, 0])[
+        [(replay.pos + k) % capacity for k in (-1, 0, 1, 2)]
+    ].sum()
 
 
 def test_replay_samples_only_real_transitions():
@@ -145,6 +173,7 @@ def test_replay_samples_only_real_transitions():
 def test_a_time_limit_cut_is_not_a_terminal(in_tmp, monkeypatch):
     """Games cut by the time limit (here 60 frames: too short to lose the ball) are logged as whole
     games, but no transition is stored as a terminal: the TD target bootstraps across each cut."""
+
     def short_games(*args, **kwargs):
         kwargs["max_num_frames_per_episode"] = 60
         return AtariVectorEnv(*args, **kwargs)
@@ -157,8 +186,9 @@ def test_a_time_limit_cut_is_not_a_terminal(in_tmp, monkeypatch):
 
     monkeypatch.setattr(dqn_atari, "AtariVectorEnv", short_games)
     monkeypatch.setattr(dqn_atari.ReplayMemory, "add", spy)
-    run_dir = dqn_atari.main(["--total-timesteps", "400", "--learning-starts", "200", "--buffer-size", "1000",
-                              "--batch-size", "8"])
+    run_dir = dqn_atari.main(
+        ["--total-timesteps", "400", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "8"]
+    )
     dones, valid = (np.concatenate(column) for column in zip(*stored))
     lengths = read_scalars(run_dir)["charts/episodic_length"][1]
     assert len(lengths) >= 20 and (lengths <= 16).all()  # many games, each cut after about 15 steps
@@ -175,27 +205,48 @@ def test_replay_costs_one_frame_per_transition():
 def test_learns_catch_beyond_random(in_tmp, monkeypatch):
     random_return = catch.random_policy_return()
     # A short run: 750 updates, epsilon down to 0.05 by step 1,280, the mean past 0.5 by about step 1,700.
-    returns = catch_returns(dqn_atari, ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "10000",
-                                        "--learning-rate", "5e-4", "--target-network-frequency", "200",
-                                        "--exploration-fraction", "0.64", "--end-e", "0.05", "--learn-steps-period", "2"],
-                            monkeypatch)
+    returns = catch_returns(
+        dqn_atari,
+        [
+            "--total-timesteps",
+            "2000",
+            "--learning-starts",
+            "500",
+            "--buffer-size",
+            "10000",
+            "--learning-rate",
+            "5e-4",
+            "--target-network-frequency",
+            "200",
+            "--exploration-fraction",
+            "0.64",
+            "--end-e",
+            "0.05",
+            "--learn-steps-period",
+            "2",
+        ],
+        monkeypatch,
+    )
     assert random_return < -0.5
     assert returns[-100:].mean() > 0.5, returns[-100:].mean()
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--total-timesteps", "0"], "--total-timesteps"),
-    (["--buffer-size", "-5"], "--buffer-size"),
-    (["--batch-size", "0"], "--batch-size"),
-    (["--learn-steps-period", "0"], "--learn-steps-period"),
-    (["--learn-steps-period", "2.5"], "--learn-steps-period"),
-    (["--learning-rate", "0"], "--learning-rate"),
-    (["--start-e", "1.5"], "--start-e"),
-    (["--end-e", "-0.1"], "--end-e"),
-    (["--gamma", "2"], "--gamma"),
-    (["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),
-    (["--buffer-size", str(10**12)], "--buffer-size"),  # more than this machine's free memory
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--total-timesteps", "0"], "--total-timesteps"),
+        (["--buffer-size", "-5"], "--buffer-size"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--learn-steps-period", "0"], "--learn-steps-period"),
+        (["--learn-steps-period", "2.5"], "--learn-steps-period"),
+        (["--learning-rate", "0"], "--learning-rate"),
+        (["--start-e", "1.5"], "--start-e"),
+        (["--end-e", "-0.1"], "--end-e"),
+        (["--gamma", "2"], "--gamma"),
+        (["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),
+        (["--buffer-size", str(10**12)], "--buffer-size"),  # more than this machine's free memory
+    ],
+)
 def test_bad_input_fails_at_once(args, flag, tmp_path):
     message = run_bad("dqn_atari.py", args, tmp_path)
     assert flag in message and "error" in message
@@ -223,11 +274,26 @@ def test_a_new_run_never_overwrites_an_old_one(in_tmp):
 
 def test_capture_video_writes_the_evaluation_games(tmp_path):
     pytest.importorskip("imageio_ffmpeg")
-    _, run_dir = run_script("dqn_atari.py", ["--total-timesteps", "200", "--learning-starts", "100", "--buffer-size",
-                                             "1000", "--save-model", "--capture-video", "--eval-episodes", "2"], tmp_path)
+    _, run_dir = run_script(
+        "dqn_atari.py",
+        [
+            "--total-timesteps",
+            "200",
+            "--learning-starts",
+            "100",
+            "--buffer-size",
+            "1000",
+            "--save-model",
+            "--capture-video",
+            "--eval-episodes",
+            "2",
+        ],
+        tmp_path,
+    )
     videos = sorted(os.listdir(os.path.join(run_dir, "videos")))
     assert videos == ["eval_game_0.mp4", "eval_game_1.mp4"]
     import imageio.v3 as iio
+
     frames = iio.imread(os.path.join(run_dir, "videos", videos[0]))
     assert frames.shape[1:3] == (336, 336) and len(frames) > 50 and frames.max() > 0
 
@@ -248,9 +314,28 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def test_trains_where_the_system_does_not_say_how_much_memory_is_free(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", NO_MEMORY_INFO, os.path.join(ROOT, "dqn_atari.py"), "--total-timesteps", "300",
-                           "--learning-starts", "100", "--buffer-size", "1000", "--batch-size", "8", "--learn-steps-period", "1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            NO_MEMORY_INFO,
+            os.path.join(ROOT, "dqn_atari.py"),
+            "--total-timesteps",
+            "300",
+            "--learning-starts",
+            "100",
+            "--buffer-size",
+            "1000",
+            "--batch-size",
+            "8",
+            "--learn-steps-period",
+            "1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = os.listdir(tmp_path / "runs")
     scalars = read_scalars(str(tmp_path / "runs" / run_dir))
@@ -289,16 +374,34 @@ def test_free_memory_is_none_where_the_system_does_not_tell(script, monkeypatch)
 def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
     """8 rows and a warm-up of 2 steps: one fewer of either is refused (below); these always hold a
     transition to sample, so no update can wait forever."""
-    _, run_dir = run_script("dqn_atari.py", ["--total-timesteps", "300", "--buffer-size", "8", "--batch-size", "1",
-                                             "--learning-starts", "2", "--learn-steps-period", "4"], tmp_path, timeout=180)
+    _, run_dir = run_script(
+        "dqn_atari.py",
+        [
+            "--total-timesteps",
+            "300",
+            "--buffer-size",
+            "8",
+            "--batch-size",
+            "1",
+            "--learning-starts",
+            "2",
+            "--learn-steps-period",
+            "4",
+        ],
+        tmp_path,
+        timeout=180,
+    )
     assert read_scalars(run_dir)["charts/updates"][1][-1] == (300 - 2) // 4
 
 
 # A replay too small to sample from, or a warm-up too short to fill it, would make the first update
 # wait forever: refused (in this process: faster than a new one, the same check)
-@pytest.mark.parametrize("args, flag", [
-    (["--buffer-size", "7", "--batch-size", "1", "--learning-starts", "2"], "--buffer-size"),
-    (["--learning-starts", "1", "--batch-size", "1"], "--learning-starts"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--buffer-size", "7", "--batch-size", "1", "--learning-starts", "2"], "--buffer-size"),
+        (["--learning-starts", "1", "--batch-size", "1"], "--learning-starts"),
+    ],
+)
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
     assert_refused(dqn_atari.main, args, flag, capsys)

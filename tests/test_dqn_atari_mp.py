@@ -1,19 +1,36 @@
 """dqn_atari_mp.py: real worker processes on real ALE games, and how they end."""
+
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import mp_helpers
 import numpy as np
 import pytest
-
-import dqn_atari_mp
-import mp_helpers
 from conftest import ROOT, assert_refused, read_scalars, run_bad
 
-SMALL = ["--total-timesteps", "1600", "--learning-starts", "640", "--buffer-size", "4000", "--batch-size", "8",
-         "--learn-steps-period", "4", "--end-e", "0.3", "--workers-count", "2", "--seed", "2"]
+import dqn_atari_mp
+
+SMALL = [
+    "--total-timesteps",
+    "1600",
+    "--learning-starts",
+    "640",
+    "--buffer-size",
+    "4000",
+    "--batch-size",
+    "8",
+    "--learn-steps-period",
+    "4",
+    "--end-e",
+    "0.3",
+    "--workers-count",
+    "2",
+    "--seed",
+    "2",
+]
 
 
 def children(pid):
@@ -47,8 +64,13 @@ def gone(pid):
 
 
 def start(args, cwd):
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "dqn_atari_mp.py"), *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "dqn_atari_mp.py"), *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for_workers(proc, count, timeout=60):
@@ -83,8 +105,15 @@ def test_short_run_with_two_workers_then_nothing_left(tmp_path):
     assert proc.returncode == 0, err[-3000:]
     assert all_gone(workers, within=2), "a normal end leaves no child process behind"
     scalars = read_scalars(run_dir_of(tmp_path))
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon", "charts/updates",
-                "losses/td_loss", "losses/q_values"]:
+    for tag in [
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/SPS",
+        "charts/epsilon",
+        "charts/updates",
+        "losses/td_loss",
+        "losses/q_values",
+    ]:
         assert tag in scalars and np.all(np.isfinite(scalars[tag][1])), tag
     steps, updates = scalars["charts/updates"]
     # transitions arrive 32 at a time; updates follow them: one per 4 transitions after learning starts
@@ -95,8 +124,20 @@ def test_short_run_with_two_workers_then_nothing_left(tmp_path):
 
 
 def test_ctrl_c_stops_everything_flushes_and_saves(tmp_path):
-    proc = start(["--total-timesteps", "1000000", "--learning-starts", "640", "--buffer-size", "4000",
-                  "--batch-size", "8", "--save-model"], tmp_path)
+    proc = start(
+        [
+            "--total-timesteps",
+            "1000000",
+            "--learning-starts",
+            "640",
+            "--buffer-size",
+            "4000",
+            "--batch-size",
+            "8",
+            "--save-model",
+        ],
+        tmp_path,
+    )
     workers = wait_for_workers(proc, 2)
     wait_for_line(proc, "step ")
     wait_for_line(proc, "step ")  # a second progress line: events have been written
@@ -114,9 +155,14 @@ def test_ctrl_c_stops_everything_flushes_and_saves(tmp_path):
 def test_ctrl_c_while_the_workers_start_stops_quietly(tmp_path):
     """A terminal's Ctrl-C goes to the whole process group: workers still importing torch must not
     print a KeyboardInterrupt traceback; the learner alone handles it."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "dqn_atari_mp.py"), "--total-timesteps", "1000000"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # a process group of its own, as a terminal's job
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "dqn_atari_mp.py"), "--total-timesteps", "1000000"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # a process group of its own, as a terminal's job
     workers = [pid for pid in wait_for_workers(proc, 2) if is_worker(pid)]  # seen within 0.2 s of their start
     for pid in workers:  # they ignore SIGINT from the start, long before their imports are done
         with open(f"/proc/{pid}/status") as f:
@@ -131,8 +177,10 @@ def test_ctrl_c_while_the_workers_start_stops_quietly(tmp_path):
 
 
 def test_a_killed_worker_stops_the_run(tmp_path):
-    proc = start(["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000",
-                  "--workers-count", "3"], tmp_path)
+    proc = start(
+        ["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000", "--workers-count", "3"],
+        tmp_path,
+    )
     workers = wait_for_workers(proc, 3)
     wait_for_line(proc, "step ")
     os.kill([pid for pid in workers if is_worker(pid)][1], signal.SIGKILL)
@@ -158,11 +206,14 @@ def test_a_worker_exception_stops_the_run(in_tmp, monkeypatch, capfd):
     assert "RuntimeError: worker 1 fails on purpose" in capfd.readouterr().err
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--workers-count", "0"], "--workers-count"),
-    (["--learn-steps-period", "0"], "--learn-steps-period"),
-    (["--learn-steps-period", "2.5"], "--learn-steps-period"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--workers-count", "0"], "--workers-count"),
+        (["--learn-steps-period", "0"], "--learn-steps-period"),
+        (["--learn-steps-period", "2.5"], "--learn-steps-period"),
+    ],
+)
 def test_bad_input_fails_at_once(args, flag, tmp_path):
     message = run_bad("dqn_atari_mp.py", args, tmp_path)
     assert flag in message and "error" in message
@@ -180,8 +231,23 @@ def test_workers_do_not_outlive_a_killed_learner(tmp_path):
 def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
     """8 rows a worker, and the shortest warm-up (--learning-starts 1: transitions arrive 32 at a
     time, the first update finds some to sample): one row fewer is refused (below)."""
-    proc = start(["--total-timesteps", "300", "--workers-count", "2", "--buffer-size", "16", "--batch-size", "1",
-                  "--learning-starts", "1", "--learn-steps-period", "4"], tmp_path)
+    proc = start(
+        [
+            "--total-timesteps",
+            "300",
+            "--workers-count",
+            "2",
+            "--buffer-size",
+            "16",
+            "--batch-size",
+            "1",
+            "--learning-starts",
+            "1",
+            "--learn-steps-period",
+            "4",
+        ],
+        tmp_path,
+    )
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
     steps, updates = read_scalars(run_dir_of(tmp_path))["charts/updates"]
@@ -190,10 +256,13 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
 
 # A replay too small to sample from would make the first update wait forever: refused (in this
 # process: faster than a new one, the same check)
-@pytest.mark.parametrize("args, flag", [
-    (["--buffer-size", "36", "--workers-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
-    (["--buffer-size", "15", "--workers-count", "2", "--batch-size", "1", "--learning-starts", "1"], "--buffer-size"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--buffer-size", "36", "--workers-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
+        (["--buffer-size", "15", "--workers-count", "2", "--batch-size", "1", "--learning-starts", "1"], "--buffer-size"),
+    ],
+)
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
     assert_refused(dqn_atari_mp.main, args, flag, capsys)
 

@@ -1,24 +1,48 @@
 """dqn_atari_vec.py: the same DQN on several environments, on real ALE games."""
+
 import os
 
 import numpy as np
 import pytest
 import torch
-
-import dqn_atari_vec
 from conftest import assert_refused, read_scalars, run_bad, run_script
 
-SAME = ["--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", "1400", "--learning-starts", "600",
-        "--buffer-size", "5000", "--batch-size", "8", "--target-network-frequency", "300",
-        "--exploration-fraction", "0.5", "--seed", "5", "--save-model", "--eval-episodes", "1"]
+import dqn_atari_vec
+
+SAME = [
+    "--env-id",
+    "BreakoutNoFrameskip-v4",
+    "--total-timesteps",
+    "1400",
+    "--learning-starts",
+    "600",
+    "--buffer-size",
+    "5000",
+    "--batch-size",
+    "8",
+    "--target-network-frequency",
+    "300",
+    "--exploration-fraction",
+    "0.5",
+    "--seed",
+    "5",
+    "--save-model",
+    "--eval-episodes",
+    "1",
+]
 
 
 def test_one_env_logs_exactly_what_dqn_atari_logs(tmp_path):
     _, reference = run_script("dqn_atari.py", SAME + ["--learn-steps-period", "4"], tmp_path)
     _, vectorized = run_script("dqn_atari_vec.py", SAME + ["--envs-count", "1", "--learn-steps-period", "4"], tmp_path)
     a, b = read_scalars(reference), read_scalars(vectorized)
-    for tag in ["charts/episodic_return", "charts/episodic_length", "losses/td_loss", "losses/q_values",
-                "eval/episodic_return"]:
+    for tag in [
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "losses/td_loss",
+        "losses/q_values",
+        "eval/episodic_return",
+    ]:
         assert len(a[tag][1]) > 0, tag
         np.testing.assert_array_equal(a[tag][0], b[tag][0])
         np.testing.assert_array_equal(a[tag][1], b[tag][1])
@@ -33,15 +57,38 @@ def test_one_env_logs_exactly_what_dqn_atari_logs(tmp_path):
 @pytest.mark.parametrize("envs_count, period", [(4, 8), (8, 4)])
 def test_updates_follow_learn_steps_period(envs_count, period, tmp_path):
     total, starts = 2000, 800
-    _, run_dir = run_script("dqn_atari_vec.py", [
-        "--total-timesteps", str(total), "--learning-starts", str(starts), "--buffer-size", "4000", "--batch-size", "8",
-        "--envs-count", str(envs_count), "--learn-steps-period", str(period), "--end-e", "0.3"], tmp_path)
+    _, run_dir = run_script(
+        "dqn_atari_vec.py",
+        [
+            "--total-timesteps",
+            str(total),
+            "--learning-starts",
+            str(starts),
+            "--buffer-size",
+            "4000",
+            "--batch-size",
+            "8",
+            "--envs-count",
+            str(envs_count),
+            "--learn-steps-period",
+            str(period),
+            "--end-e",
+            "0.3",
+        ],
+        tmp_path,
+    )
     scalars = read_scalars(run_dir)
     steps, updates = scalars["charts/updates"]
     assert total <= steps[-1] < total + envs_count  # the agent's steps; the envs step together
     assert abs(updates[-1] - (total - starts) / period) <= 1
-    for tag in ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/epsilon",
-                "losses/td_loss", "losses/q_values"]:
+    for tag in [
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/SPS",
+        "charts/epsilon",
+        "losses/td_loss",
+        "losses/q_values",
+    ]:
         assert tag in scalars and np.all(np.isfinite(scalars[tag][1])), tag
     returns = scalars["charts/episodic_return"][1]
     # whole Breakout games, from the environments that finished one
@@ -73,13 +120,16 @@ def test_replay_stacks_stay_within_one_environment():
         np.testing.assert_array_equal(next_stack, history[step][1][col])
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--envs-count", "0"], "--envs-count"),
-    (["--envs-count", "-2"], "--envs-count"),
-    (["--learn-steps-period", "0"], "--learn-steps-period"),
-    (["--learn-steps-period", "1.5"], "--learn-steps-period"),
-    (["--learn-steps-period", "four"], "--learn-steps-period"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--envs-count", "0"], "--envs-count"),
+        (["--envs-count", "-2"], "--envs-count"),
+        (["--learn-steps-period", "0"], "--learn-steps-period"),
+        (["--learn-steps-period", "1.5"], "--learn-steps-period"),
+        (["--learn-steps-period", "four"], "--learn-steps-period"),
+    ],
+)
 def test_bad_input_fails_at_once(args, flag, tmp_path):
     message = run_bad("dqn_atari_vec.py", args, tmp_path)
     assert flag in message and "error" in message
@@ -88,19 +138,38 @@ def test_bad_input_fails_at_once(args, flag, tmp_path):
 def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
     """8 rows an environment and a warm-up of 2 steps an environment: one fewer of either is refused
     (above); these always hold a transition to sample, so the first update cannot wait forever."""
-    _, run_dir = run_script("dqn_atari_vec.py", ["--total-timesteps", "400", "--envs-count", "8", "--buffer-size", "64",
-                                                 "--batch-size", "8", "--learning-starts", "16", "--learn-steps-period", "8"],
-                            tmp_path, timeout=180)
+    _, run_dir = run_script(
+        "dqn_atari_vec.py",
+        [
+            "--total-timesteps",
+            "400",
+            "--envs-count",
+            "8",
+            "--buffer-size",
+            "64",
+            "--batch-size",
+            "8",
+            "--learning-starts",
+            "16",
+            "--learn-steps-period",
+            "8",
+        ],
+        tmp_path,
+        timeout=180,
+    )
     steps, updates = read_scalars(run_dir)["charts/updates"]
     assert updates[-1] == (steps[-1] - 16) // 8, updates  # one update per vector step past the warm-up
 
 
 # A replay too small to sample from, or a warm-up too short to fill it, would make the first update
 # wait forever: refused (in this process: faster than a new one, the same check)
-@pytest.mark.parametrize("args, flag", [
-    (["--buffer-size", "63", "--envs-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
-    (["--buffer-size", "36", "--envs-count", "8"], "--buffer-size"),  # the issue's: 4 rows an environment
-    (["--learning-starts", "15", "--envs-count", "8", "--batch-size", "8"], "--learning-starts"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--buffer-size", "63", "--envs-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
+        (["--buffer-size", "36", "--envs-count", "8"], "--buffer-size"),  # the issue's: 4 rows an environment
+        (["--learning-starts", "15", "--envs-count", "8", "--batch-size", "8"], "--learning-starts"),
+    ],
+)
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
     assert_refused(dqn_atari_vec.main, args, flag, capsys)

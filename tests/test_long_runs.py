@@ -6,6 +6,7 @@ waiting for a progress line), with small sizes and a budget they never reach: th
 
     python -m pytest tests/test_long_runs.py -q --durations=0
 """
+
 import glob
 import importlib
 import inspect
@@ -17,12 +18,12 @@ import threading
 import time
 import types
 
+import catch
 import pytest
 import torch
-
-import catch
-import dqn_atari
 from conftest import ROOT, read_scalars, read_text, run_bad
+
+import dqn_atari
 
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 DQN_SMALL = ["--learning-starts", "1000", "--buffer-size", "5000", "--batch-size", "8"]
@@ -34,9 +35,14 @@ SMALL = {  # small sizes; the budget is never reached
     "ppo_atari.py": ["--envs-count", "2", "--rollout-length", "32", "--num-minibatches", "2", "--update-epochs", "1"],
     "pqn_atari.py": ["--envs-count", "2", "--rollout-length", "32", "--num-minibatches", "2", "--update-epochs", "1"],
 }
-NETWORK = {"dqn_atari.py": "QNetwork", "dqn_atari_vec.py": "QNetwork", "dqn_atari_mp.py": "QNetwork",
-           "a2c_batched.py": "Agent", "ppo_atari.py": "Agent",
-           "pqn_atari.py": "QNetwork"}
+NETWORK = {
+    "dqn_atari.py": "QNetwork",
+    "dqn_atari_vec.py": "QNetwork",
+    "dqn_atari_mp.py": "QNetwork",
+    "a2c_batched.py": "Agent",
+    "ppo_atari.py": "Agent",
+    "pqn_atari.py": "QNetwork",
+}
 
 
 def module(script):
@@ -48,8 +54,13 @@ class Run:
 
     def __init__(self, script, args, cwd):
         self.script, self.cwd = script, cwd
-        self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, script), *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines = []
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
         self.reader.start()
@@ -110,8 +121,13 @@ def stopped(tmp_path_factory):
     for (script, signum), run in runs.items():
         returncode, output = run.finish()
         run_dir = run.run_dir()
-        results[script, signum] = types.SimpleNamespace(cwd=run.cwd, returncode=returncode, output=output, run_dir=run_dir,
-                                                        model_path=os.path.join(run_dir, f"{script[:-3]}.pt"))
+        results[script, signum] = types.SimpleNamespace(
+            cwd=run.cwd,
+            returncode=returncode,
+            output=output,
+            run_dir=run_dir,
+            model_path=os.path.join(run_dir, f"{script[:-3]}.pt"),
+        )
     return results
 
 
@@ -158,8 +174,9 @@ def watched(stopped, tmp_path_factory):
     runs = {}
     for script in SCRIPTS:
         trained = stopped[script, signal.SIGINT]
-        runs[script] = Run(script, ["--eval-model", trained.model_path, "--eval-episodes", "2", "--eval-epsilon", "0.9"],
-                           trained.cwd)
+        runs[script] = Run(
+            script, ["--eval-model", trained.model_path, "--eval-episodes", "2", "--eval-epsilon", "0.9"], trained.cwd
+        )
         runs[script].model = (trained.model_path, os.path.getmtime(trained.model_path))
     return {script: (run, *run.finish(timeout=300)) for script, run in runs.items()}
 
@@ -189,11 +206,15 @@ def test_eval_model_refuses_what_it_cannot_play(stopped, script, in_tmp, capsys)
     other = stopped[other_script, signal.SIGINT].model_path
     with open("notes.pt", "w") as f:
         f.write("not a model\n")
-    for argv, why in [(["--eval-model", "missing.pt"], "cannot read missing.pt: No such file or directory"),
-                      (["--eval-model", other], f"{other} was saved by {other_script}: watch it with python {other_script}"),
-                      (["--eval-model", own, "--env-id", "PongNoFrameskip-v4"],
-                       "plays BreakoutNoFrameskip-v4 with 4 actions, PongNoFrameskip-v4 has 6: add --env-id BreakoutNoFrameskip-v4"),
-                      (["--eval-model", "notes.pt"], f"notes.pt is not a model saved by {script} --save-model")]:
+    for argv, why in [
+        (["--eval-model", "missing.pt"], "cannot read missing.pt: No such file or directory"),
+        (["--eval-model", other], f"{other} was saved by {other_script}: watch it with python {other_script}"),
+        (
+            ["--eval-model", own, "--env-id", "PongNoFrameskip-v4"],
+            "plays BreakoutNoFrameskip-v4 with 4 actions, PongNoFrameskip-v4 has 6: add --env-id BreakoutNoFrameskip-v4",
+        ),
+        (["--eval-model", "notes.pt"], f"notes.pt is not a model saved by {script} --save-model"),
+    ]:
         with pytest.raises(SystemExit) as exit_info:
             module(script).main(argv)
         assert exit_info.value.code == 2
@@ -207,8 +228,10 @@ def test_eval_model_refuses_what_it_cannot_play(stopped, script, in_tmp, capsys)
 def test_eval_model_refused_on_the_command_line(stopped, tmp_path):
     dqn_model = stopped["dqn_atari.py", signal.SIGINT].model_path
     message = run_bad("ppo_atari.py", ["--eval-model", dqn_model], tmp_path)
-    assert message == (f"ppo_atari.py: error: argument --eval-model: {dqn_model} was saved by dqn_atari.py: "
-                       f"watch it with python dqn_atari.py --eval-model {dqn_model}")
+    assert message == (
+        f"ppo_atari.py: error: argument --eval-model: {dqn_model} was saved by dqn_atari.py: "
+        f"watch it with python dqn_atari.py --eval-model {dqn_model}"
+    )
 
 
 # ---------------------------------------------------------------- time left
@@ -225,8 +248,21 @@ def test_time_left_by_hand(script):
 
 
 def test_the_shared_code_is_the_same_in_every_script():
-    for name in ["rom_name", "make_env", "push_frames", "AtariGames", "number_type", "new_run_dir", "time_left", "Progress",
-                 "on_stop_signal", "Checkpoints", "model_error", "watch_saved_model", "evaluate_and_log"]:
+    for name in [
+        "rom_name",
+        "make_env",
+        "push_frames",
+        "AtariGames",
+        "number_type",
+        "new_run_dir",
+        "time_left",
+        "Progress",
+        "on_stop_signal",
+        "Checkpoints",
+        "model_error",
+        "watch_saved_model",
+        "evaluate_and_log",
+    ]:
         sources = {script: inspect.getsource(getattr(module(script), name)) for script in SCRIPTS}
         assert len(set(sources.values())) == 1, name
 
@@ -255,8 +291,24 @@ def test_time_left_follows_the_rate_once_dqn_learns(in_tmp, monkeypatch, capsys)
     monkeypatch.setattr(dqn_atari, "time", types.SimpleNamespace(time=lambda: clock.now))
     monkeypatch.setattr(dqn_atari, "stop_signals", [])
     with pytest.raises(SystemExit) as exit_info:
-        dqn_atari.main(["--total-timesteps", str(total), "--learning-starts", str(learning_starts), "--buffer-size", "5000",
-                        "--batch-size", "8", "--learn-steps-period", "200", "--start-e", "1", "--end-e", "1"])
+        dqn_atari.main(
+            [
+                "--total-timesteps",
+                str(total),
+                "--learning-starts",
+                str(learning_starts),
+                "--buffer-size",
+                "5000",
+                "--batch-size",
+                "8",
+                "--learn-steps-period",
+                "200",
+                "--start-e",
+                "1",
+                "--end-e",
+                "1",
+            ]
+        )
     assert exit_info.value.code == 130
     learning_lines = 0
     for line in capsys.readouterr().out.splitlines():

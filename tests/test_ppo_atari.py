@@ -17,15 +17,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
 from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
+
 import ppo_atari  # noqa: E402
 
-TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
-        "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
-        "losses/clipfrac", "losses/explained_variance"]
+TAGS = [
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/old_approx_kl",
+    "losses/approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+]
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 
 
 # ---------------------------------------------------------------- GAE
@@ -56,8 +66,15 @@ def test_gae_matches_a_step_by_step_computation():
     a1[1] = r[1, 1] + g * v[2, 1] - v[1, 1]  # truncated: bootstrapped, but nothing from the next game
     a1[0] = r[0, 1] + g * v[1, 1] - v[0, 1] + g * lam * a1[1]
 
-    advantages = ppo_atari.gae(torch.tensor(rewards), torch.tensor(values), torch.tensor(dones, dtype=torch.float32),
-                               torch.tensor(valid, dtype=torch.bool), torch.tensor(next_values), g, lam)
+    advantages = ppo_atari.gae(
+        torch.tensor(rewards),
+        torch.tensor(values),
+        torch.tensor(dones, dtype=torch.float32),
+        torch.tensor(valid, dtype=torch.bool),
+        torch.tensor(next_values),
+        g,
+        lam,
+    )
     assert advantages.shape == (5, 2)
     np.testing.assert_allclose(advantages.numpy(), np.array([a0, a1]).T, rtol=1e-6, atol=1e-6)
 
@@ -88,8 +105,20 @@ def test_rollout_marks_the_steps_that_only_reset_a_game(tmp_path, monkeypatch):
         return advantages
 
     monkeypatch.setattr(ppo_atari, "gae", spy)
-    ppo_atari.main(["--total-timesteps", "96", "--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "2",
-                    "--update-epochs", "1"])
+    ppo_atari.main(
+        [
+            "--total-timesteps",
+            "96",
+            "--envs-count",
+            "2",
+            "--rollout-length",
+            "16",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "1",
+        ]
+    )
     assert len(seen) == 3
     rewards, dones, valid, advantages = (torch.cat(parts) for parts in zip(*seen))
     step = torch.arange(48)
@@ -103,9 +132,25 @@ def test_rollout_marks_the_steps_that_only_reset_a_game(tmp_path, monkeypatch):
 def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     envs, length, steps = 4, 32, 1536
-    run_dir = ppo_atari.main(["--total-timesteps", str(steps), "--envs-count", str(envs), "--rollout-length", str(length),
-                              "--num-minibatches", "2", "--update-epochs", "2", "--seed", "3",
-                              "--save-model", "--eval-episodes", "1"])
+    run_dir = ppo_atari.main(
+        [
+            "--total-timesteps",
+            str(steps),
+            "--envs-count",
+            str(envs),
+            "--rollout-length",
+            str(length),
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "2",
+            "--seed",
+            "3",
+            "--save-model",
+            "--eval-episodes",
+            "1",
+        ]
+    )
     assert os.path.basename(run_dir).startswith("BreakoutNoFrameskip-v4__ppo_atari__3__")
     assert os.path.isfile(os.path.join(run_dir, "ppo_atari.pt"))
     scalars = read_scalars(run_dir)
@@ -125,15 +170,37 @@ def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
 
 
 def test_same_seed_same_run(in_tmp):
-    check_seeding(ppo_atari.main, ["--total-timesteps", "384", "--envs-count", "2", "--rollout-length", "32",
-                                   "--num-minibatches", "2", "--update-epochs", "2"],
-                  ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"])
+    check_seeding(
+        ppo_atari.main,
+        [
+            "--total-timesteps",
+            "384",
+            "--envs-count",
+            "2",
+            "--rollout-length",
+            "32",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "2",
+        ],
+        ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"],
+    )
 
 
 # ---------------------------------------------------------------- bad input
-BAD_INPUTS = [("--envs-count", "0"), ("--rollout-length", "0"), ("--learning-rate", "-1"), ("--gamma", "1.5"),
-              ("--env-id", "NoSuchGame-v4"), ("--gae-lambda", "2"), ("--clip-coef", "0"), ("--num-minibatches", "0"),
-              ("--num-minibatches", "1000"), ("--target-kl", "-0.01")]
+BAD_INPUTS = [
+    ("--envs-count", "0"),
+    ("--rollout-length", "0"),
+    ("--learning-rate", "-1"),
+    ("--gamma", "1.5"),
+    ("--env-id", "NoSuchGame-v4"),
+    ("--gae-lambda", "2"),
+    ("--clip-coef", "0"),
+    ("--num-minibatches", "0"),
+    ("--num-minibatches", "1000"),
+    ("--target-kl", "-0.01"),
+]
 
 
 @pytest.mark.parametrize("flag,value", BAD_INPUTS)
@@ -142,12 +209,18 @@ def test_bad_input_is_refused_before_any_work(flag, value, in_tmp, capsys):
 
 
 def test_bad_input_from_the_command_line(tmp_path):
-    assert run_bad("ppo_atari.py", ["--envs-count", "0"], tmp_path) == "ppo_atari.py: error: argument --envs-count: must be a positive integer, got 0"
+    assert (
+        run_bad("ppo_atari.py", ["--envs-count", "0"], tmp_path)
+        == "ppo_atari.py: error: argument --envs-count: must be a positive integer, got 0"
+    )
 
 
 # ---------------------------------------------------------------- learning
 def test_learns_catch(in_tmp, monkeypatch):
-    returns = catch_returns(ppo_atari, ["--total-timesteps", "6144", "--envs-count", "8", "--rollout-length", "32",
-                                        "--learning-rate", "1e-3", "--seed", "1"], monkeypatch)
+    returns = catch_returns(
+        ppo_atari,
+        ["--total-timesteps", "6144", "--envs-count", "8", "--rollout-length", "32", "--learning-rate", "1e-3", "--seed", "1"],
+        monkeypatch,
+    )
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)

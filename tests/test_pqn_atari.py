@@ -16,10 +16,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
 from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
+
 import pqn_atari  # noqa: E402
 
-TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate", "charts/epsilon",
-        "losses/td_loss", "losses/q_values"]
+TAGS = [
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "charts/epsilon",
+    "losses/td_loss",
+    "losses/q_values",
+]
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -52,8 +60,15 @@ def test_q_lambda_returns_match_a_step_by_step_computation():
     g1[1] = r[1, 1] + g * q[2, 1]  # truncated: bootstrapped from the game's last observation, nothing from the next game
     g1[0] = r[0, 1] + g * ((1 - lam) * q[1, 1] + lam * g1[1])
 
-    returns = pqn_atari.q_lambda_returns(torch.tensor(rewards), torch.tensor(q_max), torch.tensor(dones, dtype=torch.float32),
-                                         torch.tensor(valid, dtype=torch.bool), torch.tensor(next_q_max), g, lam)
+    returns = pqn_atari.q_lambda_returns(
+        torch.tensor(rewards),
+        torch.tensor(q_max),
+        torch.tensor(dones, dtype=torch.float32),
+        torch.tensor(valid, dtype=torch.bool),
+        torch.tensor(next_q_max),
+        g,
+        lam,
+    )
     assert returns.shape == (5, 2)
     np.testing.assert_allclose(returns.numpy(), np.array([g0, g1]).T, rtol=1e-6, atol=1e-6)
 
@@ -92,8 +107,20 @@ def test_rollout_marks_the_steps_that_only_reset_a_game(in_tmp, monkeypatch):
         return returns
 
     monkeypatch.setattr(pqn_atari, "q_lambda_returns", spy)
-    pqn_atari.main(["--total-timesteps", "96", "--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "2",
-                    "--update-epochs", "1"])
+    pqn_atari.main(
+        [
+            "--total-timesteps",
+            "96",
+            "--envs-count",
+            "2",
+            "--rollout-length",
+            "16",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "1",
+        ]
+    )
     assert len(seen) == 3
     rewards, dones, valid, returns = (torch.cat(parts) for parts in zip(*seen))
     step = torch.arange(48)
@@ -107,9 +134,25 @@ def test_rollout_marks_the_steps_that_only_reset_a_game(in_tmp, monkeypatch):
 # ---------------------------------------------------------------- a real Atari run
 def test_breakout_run_logs_every_tag(in_tmp):
     envs, length, steps = 4, 32, 1536
-    run_dir = pqn_atari.main(["--total-timesteps", str(steps), "--envs-count", str(envs), "--rollout-length", str(length),
-                              "--num-minibatches", "2", "--update-epochs", "2", "--seed", "3",
-                              "--save-model", "--eval-episodes", "1"])
+    run_dir = pqn_atari.main(
+        [
+            "--total-timesteps",
+            str(steps),
+            "--envs-count",
+            str(envs),
+            "--rollout-length",
+            str(length),
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "2",
+            "--seed",
+            "3",
+            "--save-model",
+            "--eval-episodes",
+            "1",
+        ]
+    )
     assert os.path.basename(run_dir).startswith("BreakoutNoFrameskip-v4__pqn_atari__3__")
     assert os.path.isfile(os.path.join(run_dir, "pqn_atari.pt"))
     scalars = read_scalars(run_dir)
@@ -128,15 +171,38 @@ def test_breakout_run_logs_every_tag(in_tmp):
 
 
 def test_same_seed_same_run(in_tmp):
-    check_seeding(pqn_atari.main, ["--total-timesteps", "384", "--envs-count", "2", "--rollout-length", "32",
-                                   "--num-minibatches", "2", "--update-epochs", "2"],
-                  ["losses/td_loss", "losses/q_values", "charts/episodic_return"])
+    check_seeding(
+        pqn_atari.main,
+        [
+            "--total-timesteps",
+            "384",
+            "--envs-count",
+            "2",
+            "--rollout-length",
+            "32",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "2",
+        ],
+        ["losses/td_loss", "losses/q_values", "charts/episodic_return"],
+    )
 
 
 # ---------------------------------------------------------------- bad input
-BAD_INPUTS = [("--envs-count", "0"), ("--rollout-length", "0"), ("--learning-rate", "-1"), ("--gamma", "1.5"),
-              ("--env-id", "NoSuchGame-v4"), ("--q-lambda", "2"), ("--max-grad-norm", "0"), ("--num-minibatches", "0"),
-              ("--num-minibatches", "1000"), ("--exploration-fraction", "1.5"), ("--end-e", "-0.1")]
+BAD_INPUTS = [
+    ("--envs-count", "0"),
+    ("--rollout-length", "0"),
+    ("--learning-rate", "-1"),
+    ("--gamma", "1.5"),
+    ("--env-id", "NoSuchGame-v4"),
+    ("--q-lambda", "2"),
+    ("--max-grad-norm", "0"),
+    ("--num-minibatches", "0"),
+    ("--num-minibatches", "1000"),
+    ("--exploration-fraction", "1.5"),
+    ("--end-e", "-0.1"),
+]
 
 
 @pytest.mark.parametrize("flag,value", BAD_INPUTS)
@@ -145,13 +211,32 @@ def test_bad_input_is_refused_before_any_work(flag, value, in_tmp, capsys):
 
 
 def test_bad_input_from_the_command_line(tmp_path):
-    assert run_bad("pqn_atari.py", ["--q-lambda", "2"], tmp_path) == "pqn_atari.py: error: argument --q-lambda: must be in [0, 1], got 2"
+    assert (
+        run_bad("pqn_atari.py", ["--q-lambda", "2"], tmp_path)
+        == "pqn_atari.py: error: argument --q-lambda: must be in [0, 1], got 2"
+    )
 
 
 # ---------------------------------------------------------------- learning
 def test_learns_catch(in_tmp, monkeypatch):
     # Short rollouts and two epochs: 192 small updates, enough on Catch, and half a minute here
-    returns = catch_returns(pqn_atari, ["--total-timesteps", "3072", "--envs-count", "8", "--rollout-length", "16",
-                                        "--update-epochs", "2", "--learning-rate", "1e-3", "--seed", "1"], monkeypatch)
+    returns = catch_returns(
+        pqn_atari,
+        [
+            "--total-timesteps",
+            "3072",
+            "--envs-count",
+            "8",
+            "--rollout-length",
+            "16",
+            "--update-epochs",
+            "2",
+            "--learning-rate",
+            "1e-3",
+            "--seed",
+            "1",
+        ],
+        monkeypatch,
+    )
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
