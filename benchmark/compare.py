@@ -4,17 +4,21 @@
     python benchmark/compare.py docs/results --reach 10 --plot curves.png
     python benchmark/compare.py --export docs/results runs/  # keep runs as CSVs (see docs/results/README.md)
 
-Runs of any of the five scripts can be compared, from their run directories (TensorBoard events)
+Runs of any of the six scripts can be compared, from their run directories (TensorBoard events)
 or from the CSVs sweep.py and --export write; a run found both ways counts once. Runs whose
 hyperparameters differ only by --seed (or by flags that change nothing learnt: saving, watching,
 video) form one row: their return is shown as mean ± std over the seeds (each seed's value is the
 mean of its last --last games). The implementation column names the flags in which rows of one
 script differ. --reach SCORE adds the steps (with the DQN scripts' gradient updates) and the
 wall-clock minutes until the mean of the last --last games first reaches SCORE. The plot (needs
-matplotlib) draws the return against steps, against wall-clock time and against gradient updates,
-side by side, one line per run, smoothed over 100 games; the updates panel shows the DQN scripts'
-runs only (see updates_at).
+matplotlib) draws one line per row of the table: each seed's return smoothed over 100 games,
+interpolated onto the steps the seeds share, and averaged over the seeds, with the seeds' range
+(min to max) shaded. It draws them against environment steps and, beside that, against gradient
+updates, which shows the DQN scripts' runs only (see updates_at). A row whose seeds' curves share
+no step (runs of a few games) is not drawn, and named as such. There is no wall-clock panel:
+runs that shared cores or were paused would be drawn as if slow.
 """
+
 import argparse
 import json
 import os
@@ -65,8 +69,11 @@ def read_run(run_dir):
         "steps": max(e.step for e in every) if every else 0,
         "seconds": round(max(e.wall_time for e in every) - text.wall_time, 3) if every else 0.0,
         "updates": int(scalars["charts/updates"][-1].value) if "charts/updates" in scalars else None,
-        "curve": ([e.step for e in returns], [round(e.wall_time - text.wall_time, 3) for e in returns],
-                  [e.value for e in returns]),
+        "curve": (
+            [e.step for e in returns],
+            [round(e.wall_time - text.wall_time, 3) for e in returns],
+            [e.value for e in returns],
+        ),
     }
 
 
@@ -165,10 +172,12 @@ def reach_cells(group, score, last):
 
 def table(runs, last=100, reach=None):
     """Markdown rows, one per setting, seeds pooled."""
-    lines = [f"| implementation | game | steps | seeds | envs_count (workers_count) | learn_steps_period | "
-             f"gradient updates | episodic_return, last {last} games | steps/s | wall-clock |"
-             + (f" steps to {reach:g} | minutes to {reach:g} |" if reach is not None else ""),
-             "|---" * (10 + 2 * (reach is not None)) + "|"]
+    lines = [
+        f"| implementation | game | steps | seeds | envs_count (workers_count) | learn_steps_period | "
+        f"gradient updates | episodic_return, last {last} games | steps/s | wall-clock |"
+        + (f" steps to {reach:g} | minutes to {reach:g} |" if reach is not None else ""),
+        "|---" * (10 + 2 * (reach is not None)) + "|",
+    ]
     for label, group in settings(runs):
         params = group[0]["params"]
         returns = np.array([np.mean(run["curve"][2][-last:]) if run["curve"][2] else np.nan for run in group])
@@ -177,11 +186,13 @@ def table(runs, last=100, reach=None):
         updates = [run["updates"] for run in group if run["updates"] is not None]
         seconds = np.mean([run["seconds"] for run in group])
         sps = np.mean([run["steps"] / run["seconds"] for run in group if run["seconds"] > 0] or [np.nan])
-        lines.append(f"| {label} | {params.get('env_id', '?')} | {steps_run(group[0]):,} | {len(group)} | "
-                     f"{params.get('workers_count', params.get('envs_count', '1'))} | "
-                     f"{params.get('learn_steps_period', '-')} | {f'{int(np.mean(updates)):,}' if updates else '-'} | "
-                     f"{shown} | {sps:,.0f} | {hours(seconds)} |"
-                     + (" {} | {} |".format(*reach_cells(group, reach, last)) if reach is not None else ""))
+        lines.append(
+            f"| {label} | {params.get('env_id', '?')} | {steps_run(group[0]):,} | {len(group)} | "
+            f"{params.get('workers_count', params.get('envs_count', '1'))} | "
+            f"{params.get('learn_steps_period', '-')} | {f'{int(np.mean(updates)):,}' if updates else '-'} | "
+            f"{shown} | {sps:,.0f} | {hours(seconds)} |"
+            + (" {} | {} |".format(*reach_cells(group, reach, last)) if reach is not None else "")
+        )
     return "\n".join(lines)
 
 
@@ -192,43 +203,94 @@ def updates_at(params, steps):
     hyperparameters every run records, so the CSVs need no column of updates."""
     if "learning_starts" not in params or "learn_steps_period" not in params:
         return None
-    return np.maximum(np.asarray(steps, dtype=np.int64) - int(params["learning_starts"]), 0) // int(params["learn_steps_period"])
+    return np.maximum(np.asarray(steps, dtype=np.int64) - int(params["learning_starts"]), 0) // int(
+        params["learn_steps_period"]
+    )
 
 
-def plot(runs, path, plt, reach=None):
-    figure, (by_steps, by_time, by_updates) = plt.subplots(1, 3, figsize=(19, 4.5))
-    # minutes for runs under two hours, to read --reach's column off the plot
-    longest = max([run["curve"][1][-1] for run in runs if run["curve"][1]] or [0])
-    scale, unit = (60, "minutes") if longest < 2 * 3600 else (3600, "hours")
-    for color, (label, group) in enumerate(settings(runs)):
-        for seed, run in enumerate(group):  # one colour per row of the table, one line per seed
-            steps, times, values = (np.array(v) for v in run["curve"])
-            if len(values) == 0:
+def seeds_mean(curves):
+    """The mean and the range (min, max) of several seeds' curves, each a (steps, values) pair
+    with increasing steps: on the steps where every curve has a value (from the latest first step
+    to the earliest last one), each curve linearly interpolated at every step any of them has
+    there. None where the curves share no step."""
+    first, last = max(steps[0] for steps, _ in curves), min(steps[-1] for steps, _ in curves)
+    grid = np.unique(np.concatenate([steps for steps, _ in curves]))
+    grid = grid[(grid >= first) & (grid <= last)]
+    if len(grid) == 0:
+        return None
+    values = np.array([np.interp(grid, steps, smooth) for steps, smooth in curves])
+    return grid, values.mean(axis=0), values.min(axis=0), values.max(axis=0)
+
+
+def legend_label(label, group):
+    params = group[0]["params"]
+    envs = str(params.get("envs_count", "1"))
+    parallel = f"{params['workers_count']} workers" if "workers_count" in params else f"{envs} env{'s' * (envs != '1')}"
+    period = f", K={params['learn_steps_period']}" if "learn_steps_period" in params else ""
+    return f"{label} ({parallel}{period}), {len(group)} seed{'s' * (len(group) > 1)}"
+
+
+def thousands(x, position=None):
+    """An axis tick as 0, 250k or 1.5M."""
+    return f"{x / 1e6:g}M" if abs(x) >= 1e6 else f"{x / 1e3:g}k" if abs(x) >= 1e3 else f"{x:g}"
+
+
+def plot(runs, path, plt, reach=None, window=100):
+    """One line per setting (the rows of the table): the mean over its seeds of each seed's return
+    smoothed over `window` games, its seeds' range (min to max) shaded. Against environment steps,
+    and, where there are DQN runs, against gradient updates (see updates_at). Returns the labels
+    of the settings left out because their seeds' curves share no step."""
+    drawn = [(label, group) for label, group in settings(runs) if any(run["curve"][2] for run in group)]
+    # in the legend, a script's settings in order of their parallelism and their K
+    drawn.sort(
+        key=lambda item: (
+            item[0],
+            *(int(item[1][0]["params"].get(k, 0)) for k in ("workers_count", "envs_count", "learn_steps_period")),
+            steps_run(item[1][0]),
+        )
+    )
+    with_updates = any(updates_at(group[0]["params"], []) is not None for _, group in drawn)
+    figure, panels = plt.subplots(1, 2 if with_updates else 1, figsize=(14, 5) if with_updates else (8, 5), squeeze=False)
+    by_steps, by_updates = (panels[0][0], panels[0][1]) if with_updates else (panels[0][0], None)
+    left_out = []
+    for color, (label, group) in enumerate(drawn):
+        curves = []
+        for run in group:
+            steps, _, values = (np.array(v) for v in run["curve"])
+            if len(values):
+                smoothed = min(window, len(values))
+                curves.append((steps[smoothed - 1 :], np.convolve(values, np.ones(smoothed) / smoothed, mode="valid")))
+        mean = seeds_mean(curves)
+        if mean is None:
+            left_out.append(label)
+            continue
+        grid, average, low, high = mean
+        updates = updates_at(group[0]["params"], grid)
+        for axes, x in ((by_steps, grid), (by_updates, updates)):
+            if axes is None or x is None:
                 continue
-            window = min(100, len(values))
-            smooth = np.convolve(values, np.ones(window) / window, mode="valid")
-            params = run["params"]
-            envs = str(params.get("envs_count", "1"))
-            parallel = f"{params['workers_count']} workers" if "workers_count" in params else f"{envs} env{'s' * (envs != '1')}"
-            period = f", K={params['learn_steps_period']}" if "learn_steps_period" in params else ""
-            shown = f"{label} ({parallel}{period})" if seed == 0 else None
-            by_steps.plot(steps[window - 1:], smooth, color=f"C{color}", label=shown)
-            by_time.plot(times[window - 1:] / scale, smooth, color=f"C{color}")
-            updates = updates_at(params, steps)
-            if updates is not None:
-                by_updates.plot(updates[window - 1:], smooth, color=f"C{color}")
-    if reach is not None:
-        for axes in (by_steps, by_time, by_updates):
-            axes.axhline(reach, color="gray", linestyle="--", linewidth=1)
-    # the scripts whose updates are not known from their hyperparameters: named, so their absence is not read as a result
-    left_out = sorted({run["params"].get("exp_name", run["name"]) for run in runs if updates_at(run["params"], []) is None})
-    by_steps.set(xlabel="environment steps", ylabel="episodic return (mean of 100 games)", title="against steps")
-    by_time.set(xlabel=f"wall-clock {unit}", title="against time")
-    by_updates.set(xlabel="gradient updates", title="against gradient updates"
-                   + (f" ({', '.join(left_out)} not shown)" if left_out else ""))
-    by_steps.legend(fontsize=7)
+            axes.plot(x, average, color=f"C{color % 10}", label=legend_label(label, group) if axes is by_steps else None)
+            if len(curves) > 1:
+                axes.fill_between(x, low, high, color=f"C{color % 10}", alpha=0.2, linewidth=0)
+    for axes in (by_steps, by_updates):
+        if axes is not None:
+            axes.xaxis.set_major_formatter(thousands)
+            if reach is not None:
+                axes.axhline(reach, color="gray", linestyle="--", linewidth=1)
+    by_steps.set(xlabel="environment steps", ylabel=f"episodic return (mean of {window} games)", title="against steps")
+    if by_updates is not None:
+        # the scripts whose updates are not known from their hyperparameters: named, so their absence is not read as a result
+        no_updates = sorted(
+            {group[0]["params"].get("exp_name", label) for label, group in drawn if updates_at(group[0]["params"], []) is None}
+        )
+        by_updates.set(
+            xlabel="gradient updates",
+            title="against gradient updates" + (f" ({', '.join(no_updates)} not shown)" if no_updates else ""),
+        )
+    by_steps.legend(fontsize=8, title="mean over seeds; shaded: min to max", title_fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
+    return left_out
 
 
 def positive_int(text):
@@ -238,18 +300,24 @@ def positive_int(text):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     p.add_argument("runs_dirs", nargs="+", metavar="RUN", help="run directories, results CSVs, or folders holding them")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the learning curves into this file")
     p.add_argument("--last", type=positive_int, default=100, help="games averaged for the return and for --reach")
-    p.add_argument("--reach", type=float, metavar="SCORE", help="add the steps and minutes until the mean return reaches SCORE")
+    p.add_argument(
+        "--reach", type=float, metavar="SCORE", help="add the steps and minutes until the mean return reaches SCORE"
+    )
     p.add_argument("--export", metavar="DIR", help="write each run directory as DIR/<run name>.csv instead of a table")
     args = p.parse_args(argv)
     plt = None
     if args.plot:
         try:
             import matplotlib
+
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError:
@@ -280,8 +348,10 @@ def main(argv=None):
             p.error(f"argument RUN: {source} is not a results CSV (see docs/results/README.md): {error!r}")
     print(table(runs, args.last, args.reach))
     if plt is not None:
-        plot(runs, args.plot, plt, args.reach)
+        left_out = plot(runs, args.plot, plt, args.reach)
         print(f"\nlearning curves written to {args.plot}")
+        for label in left_out:
+            print(f"not drawn: {label} (its seeds' curves share no step)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """benchmark/sweep.py and benchmark/compare.py on small real runs, and on hand-made results CSVs."""
+
 import json
 import os
 import re
@@ -9,7 +10,6 @@ import types
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, assert_refused, read_scalars
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
@@ -21,17 +21,35 @@ GOOD = [f"dqn_atari.py {SMALL}", f"dqn_atari_vec.py {SMALL} --envs-count 2 --lea
 
 
 def run_tool(tool, *args, timeout=120):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", tool), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmark", tool), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    proc = run_tool("sweep.py", "--out", out, "--results-dir", out / "results", "--jobs", 2, "--total-timesteps", 600,
-                    "--seeds", 1, 2, "--runs", *GOOD,
-                    "dqn_atari.py --envs-count 3",  # not a flag of dqn_atari.py: this one fails
-                    timeout=600)
+    proc = run_tool(
+        "sweep.py",
+        "--out",
+        out,
+        "--results-dir",
+        out / "results",
+        "--jobs",
+        2,
+        "--total-timesteps",
+        600,
+        "--seeds",
+        1,
+        2,
+        "--runs",
+        *GOOD,
+        "dqn_atari.py --envs-count 3",  # not a flag of dqn_atari.py: this one fails
+        timeout=600,
+    )
     return out, proc
 
 
@@ -44,9 +62,12 @@ def test_sweep_runs_two_at_once_goes_on_past_a_failed_run_and_sums_up(sweep):
     runs = sorted(os.listdir(out / "runs"))
     assert len(runs) == 4 and sorted(os.listdir(out / "results")) == sorted(run + ".csv" for run in runs)
     # each run reported as it ends: status, wall time, command, log, its CSV
-    assert re.search(r"\[5/6\] FAILED \(exit 2\) after \d+\.\d min: python dqn_atari.py --envs-count 3 "
-                     r"--env-id BreakoutNoFrameskip-v4 --total-timesteps 600 --seed 1\n    log: \S+05_dqn_atari_seed1.log "
-                     r"\| results: - \| dqn_atari.py: error: unrecognized arguments: --envs-count 3", proc.stdout)
+    assert re.search(
+        r"\[5/6\] FAILED \(exit 2\) after \d+\.\d min: python dqn_atari.py --envs-count 3 "
+        r"--env-id BreakoutNoFrameskip-v4 --total-timesteps 600 --seed 1\n    log: \S+05_dqn_atari_seed1.log "
+        r"\| results: - \| dqn_atari.py: error: unrecognized arguments: --envs-count 3",
+        proc.stdout,
+    )
     assert re.search(r"\[1/6\] ok after \d+\.\d min: python dqn_atari.py .*\n    log: .* \| results: \S+.csv \|", proc.stdout)
     # two at once: the second run started before the first one ended
     assert proc.stdout.index("[2/6] python") < proc.stdout.index("[1/6] ok")
@@ -65,8 +86,21 @@ def test_sweep_gives_each_child_one_thread_when_running_several(monkeypatch, tmp
     monkeypatch.setattr(subprocess, "Popen", popen)
     for jobs, threads in ((2, "1 1"), (1, None)):
         out = tmp_path / f"jobs{jobs}"
-        code = sweep_tool.main(["--out", str(out), "--results-dir", str(out / "results"), "--jobs", str(jobs),
-                                "--seeds", "1", "2", "--runs", "dqn_atari.py"])
+        code = sweep_tool.main(
+            [
+                "--out",
+                str(out),
+                "--results-dir",
+                str(out / "results"),
+                "--jobs",
+                str(jobs),
+                "--seeds",
+                "1",
+                "2",
+                "--runs",
+                "dqn_atari.py",
+            ]
+        )
         assert code == 0
         logs = [open(out / "logs" / name).read().strip() for name in sorted(os.listdir(out / "logs"))]
         if threads:
@@ -87,8 +121,20 @@ def test_sweep_refuses_no_jobs(in_tmp, capsys):
 def test_sweep_skips_runs_already_in_the_results_folder(sweep):
     out, _ = sweep
     before = {name: (out / "results" / name).read_text() for name in os.listdir(out / "results")}
-    proc = run_tool("sweep.py", "--out", out, "--results-dir", out / "results", "--total-timesteps", 600,
-                    "--seeds", 2, 1, "--runs", GOOD[0])
+    proc = run_tool(
+        "sweep.py",
+        "--out",
+        out,
+        "--results-dir",
+        out / "results",
+        "--total-timesteps",
+        600,
+        "--seeds",
+        2,
+        1,
+        "--runs",
+        GOOD[0],
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("skipped, already in") == 2 and "0 of 2 runs ended well, 2 skipped" in proc.stdout
     assert len(os.listdir(out / "runs")) == 4
@@ -101,17 +147,21 @@ def test_results_csv_holds_the_runs_games_and_gives_the_same_table(sweep, tmp_pa
         lines = (out / "results" / f"{name}.csv").read_text().splitlines()
         seed = name.split("__")[2]
         assert lines[0].startswith("# command: python dqn_atari") and lines[0].endswith(
-            f"--env-id BreakoutNoFrameskip-v4 --total-timesteps 600 --seed {seed}")
+            f"--env-id BreakoutNoFrameskip-v4 --total-timesteps 600 --seed {seed}"
+        )
         assert f"# seed: {seed}" in lines and "# env_id: BreakoutNoFrameskip-v4" in lines
         csv, events = compare.read_csv(out / "results" / f"{name}.csv"), read_scalars(str(out / "runs" / name))
         steps, returns = events["charts/episodic_return"]
         assert csv["curve"][0] == list(steps) and csv["curve"][2] == list(returns) and len(returns) >= 1
         assert np.all(np.diff(csv["curve"][1]) >= 0) and csv["steps"] == 600
         assert {k: v for k, v in csv.items() if k != "command"} == {
-            k: v for k, v in compare.read_run(out / "runs" / name).items() if k != "command"}
+            k: v for k, v in compare.read_run(out / "runs" / name).items() if k != "command"
+        }
     # the same table from the CSVs as from the run directories, by the command line
-    by_dirs, by_csvs, both = (run_tool("compare.py", *paths, "--reach", 1, "--last", 2)
-                              for paths in ([out / "runs"], [out / "results"], [out / "runs", out / "results"]))
+    by_dirs, by_csvs, both = (
+        run_tool("compare.py", *paths, "--reach", 1, "--last", 2)
+        for paths in ([out / "runs"], [out / "results"], [out / "runs", out / "results"])
+    )
     assert by_dirs.returncode == 0 and "| dqn_atari |" in by_dirs.stdout, by_dirs.stderr
     assert by_csvs.stdout == by_dirs.stdout and both.stdout == by_dirs.stdout  # a run found twice counts once
     # --export writes the same CSVs from the run directories, and overwrites none
@@ -121,7 +171,8 @@ def test_results_csv_holds_the_runs_games_and_gives_the_same_table(sweep, tmp_pa
     (tmp_path / os.listdir(tmp_path)[0]).write_text("kept")
     again = run_tool("compare.py", "--export", tmp_path, out / "runs")
     assert again.stdout.count("exists already, left as is") == 4 and "kept" in [
-        (tmp_path / name).read_text() for name in os.listdir(tmp_path)]
+        (tmp_path / name).read_text() for name in os.listdir(tmp_path)
+    ]
     with pytest.raises(FileExistsError):
         compare.write_csv(out / "runs" / name, out / "results" / f"{name}.csv", "python dqn_atari.py")
 
@@ -165,48 +216,113 @@ def test_updates_at_counts_from_learning_starts_one_per_period():
 
 class FakeAxes:
     """Records what compare.plot draws on one panel."""
+
     def __init__(self):
-        self.lines, self.labels = [], {}
+        self.lines, self.shaded, self.labels, self.hlines = [], [], {}, []
+        self.xaxis = types.SimpleNamespace(set_major_formatter=lambda formatter: None)
 
     def plot(self, x, y, **kwargs):
-        self.lines.append((list(x), list(y), kwargs["color"]))
+        self.lines.append((list(x), list(y), kwargs["color"], kwargs.get("label")))
+
+    def fill_between(self, x, low, high, **kwargs):
+        self.shaded.append((list(x), list(low), list(high), kwargs["color"]))
 
     def set(self, **kwargs):
         self.labels.update(kwargs)
 
-    def axhline(self, *args, **kwargs):
-        pass
+    def axhline(self, y, **kwargs):
+        self.hlines.append(y)
 
     def legend(self, **kwargs):
-        pass
+        self.labels["legend"] = kwargs.get("title")
 
 
-def test_compare_plot_draws_the_return_against_updates_for_dqn_runs_only(tmp_path):
-    # a fake pyplot: what the panels get is tested without matplotlib
+def fake_pyplot(panels):
+    """A pyplot whose subplots records the panels: what plot draws is tested without matplotlib."""
+
+    def subplots(rows, cols, figsize, squeeze):
+        row = [FakeAxes() for _ in range(cols)]
+        panels.extend(row)
+        return types.SimpleNamespace(tight_layout=lambda: None, savefig=lambda path, dpi: open(path, "w").close()), [row]
+
+    return types.SimpleNamespace(subplots=subplots)
+
+
+def test_seeds_mean_interpolates_onto_the_steps_all_seeds_share():
+    # seed 1 has values at 200, 300, 400; seed 2 at 250, 350, 450: both cover 250-400
+    one, two = (np.array([200, 300, 400]), np.array([1.0, 3.0, 5.0])), (np.array([250, 350, 450]), np.array([4.0, 6.0, 8.0]))
+    grid, mean, low, high = compare.seeds_mean([one, two])
+    assert list(grid) == [250, 300, 350, 400]  # every step either seed has, where both have a value
+    # seed 1 at 250 and 350: 2 and 4 (halfway); seed 2 at 300 and 400: 5 and 7
+    assert list(mean) == [3.0, 4.0, 5.0, 6.0] and list(low) == [2.0, 3.0, 4.0, 5.0] and list(high) == [4.0, 5.0, 6.0, 7.0]
+    grid, mean, low, high = compare.seeds_mean([one])  # one seed: its own curve, no spread
+    assert list(grid) == [200, 300, 400] and list(mean) == list(low) == list(high) == [1.0, 3.0, 5.0]
+    assert compare.seeds_mean([one, (np.array([500, 600]), np.array([1.0, 2.0]))]) is None  # no step in common
+
+
+def test_compare_plot_draws_one_line_per_setting_the_mean_of_its_seeds_and_their_range(tmp_path):
+    # dqn_atari, 2 seeds, smoothed over 2 games: seed 1 1, 3, 5 at steps 200, 300, 400; seed 2 4, 6, 8 at 250, 350, 450
+    hand_made(
+        tmp_path,
+        "a1",
+        [(100, 0, 1), (200, 2, 2), (300, 4, 3), (400, 6, 4)],
+        seed=1,
+        learning_starts=100,
+        learn_steps_period=50,
+    )
+    hand_made(
+        tmp_path,
+        "a2",
+        [(150, 4, 1), (250, 4, 2), (350, 8, 3), (450, 8, 4)],
+        seed=2,
+        learning_starts=100,
+        learn_steps_period=50,
+    )
+    hand_made(
+        tmp_path,
+        "b1",
+        [(100, 1, 1), (300, 3, 2), (500, 5, 3)],
+        exp_name="dqn_atari_vec",
+        envs_count=4,
+        learning_starts=100,
+        learn_steps_period=100,
+    )
+    hand_made(tmp_path, "c1", [(100, 2, 1), (200, 2, 2), (300, 8, 3)], exp_name="ppo_atari", envs_count=8)
+    hand_made(tmp_path, "c2", [(100, 0, 1), (200, 2, 2), (300, 4, 3)], exp_name="ppo_atari", envs_count=8, seed=2)
+    runs = [compare.read_csv(tmp_path / f"{name}.csv") for name in ("a1", "a2", "b1", "c1", "c2")]
     panels = []
-
-    def subplots(rows, cols, figsize):
-        panels.extend(FakeAxes() for _ in range(rows * cols))
-        return types.SimpleNamespace(tight_layout=lambda: None, savefig=lambda path, dpi: open(path, "w").close()), panels
-
-    steps = [500 + 25 * i for i in range(120)]  # 120 games: 21 points of the mean of 100
-    games = [(step, i % 7, step / 10) for i, step in enumerate(steps)]
-    hand_made(tmp_path, "a1", games, learning_starts=1000, learn_steps_period=4)
-    hand_made(tmp_path, "b1", games, exp_name="dqn_atari_vec", learning_starts=3000, learn_steps_period=32, envs_count=4)
-    hand_made(tmp_path, "c1", games, exp_name="ppo_atari", envs_count=8)
-    runs = [compare.read_csv(tmp_path / f"{name}.csv") for name in ("a1", "b1", "c1")]
-    for run in runs[2:]:  # ppo_atari records neither hyperparameter
-        run["params"] = {k: v for k, v in run["params"].items() if k not in ("learning_starts", "learn_steps_period")}
-    compare.plot(runs, tmp_path / "curves.png", types.SimpleNamespace(subplots=subplots), reach=3)
-    assert len(panels) == 3 and (tmp_path / "curves.png").exists()
-    by_steps, by_time, by_updates = panels
-    assert len(by_steps.lines) == len(by_time.lines) == 3 and len(by_updates.lines) == 2
-    (a1_x, a1_y, a1_color), (b1_x, b1_y, b1_color) = by_updates.lines  # in the table's order: dqn_atari, dqn_atari_vec
-    assert a1_x == [max(0, s - 1000) // 4 for s in steps[99:]] and b1_x == [max(0, s - 3000) // 32 for s in steps[99:]]
-    assert b1_x[0] == 0 and b1_x[-1] == (3475 - 3000) // 32 and by_steps.lines[0][0] == steps[99:]  # 0 until learning starts
-    # smoothed as on the other panels, in the same row's colour
-    assert [(a1_y, a1_color), (b1_y, b1_color)] == [(y, color) for _, y, color in by_steps.lines[:2]]
+    left_out = compare.plot(runs, tmp_path / "curves.png", fake_pyplot(panels), reach=3, window=2)
+    assert left_out == [] and (tmp_path / "curves.png").exists()
+    assert len(panels) == 2  # no wall-clock panel
+    by_steps, by_updates = panels
+    # one line per setting, not per seed: dqn_atari, dqn_atari_vec, ppo_atari
+    assert [label for *_, label in by_steps.lines] == [
+        "dqn_atari (1 env, K=50), 2 seeds",
+        "dqn_atari_vec (4 envs, K=100), 1 seed",
+        "ppo_atari (8 envs), 2 seeds",
+    ]
+    (a_x, a_y, a_color, _), (b_x, b_y, b_color, _), (c_x, c_y, c_color, _) = by_steps.lines
+    assert a_x == [250, 300, 350, 400] and a_y == pytest.approx([3.0, 4.0, 5.0, 6.0])  # the mean of the two seeds
+    assert b_x == [300, 500] and b_y == pytest.approx([2.0, 4.0])  # one seed: its own smoothed curve
+    assert c_x == [200, 300] and c_y == pytest.approx([1.5, 4.0])  # seeds 2, 5 and 1, 3: (2 + 1) / 2 and (5 + 3) / 2
+    assert len({a_color, b_color, c_color}) == 3
+    # the seeds' range shaded, in the line's colour; nothing shaded for a single seed
+    (sa_x, sa_low, sa_high, sa_color), (sc_x, sc_low, sc_high, sc_color) = by_steps.shaded
+    assert (sa_x, sa_low, sa_high, sa_color) == (a_x, [2.0, 3.0, 4.0, 5.0], [4.0, 5.0, 6.0, 7.0], a_color)
+    assert (sc_x, sc_low, sc_high, sc_color) == (c_x, [1.0, 3.0], [2.0, 5.0], c_color)
+    # against updates: the DQN settings only, at the updates made by each step, the same means
+    assert [(x, color) for x, _, color, _ in by_updates.lines] == [([3, 4, 5, 6], a_color), ([2, 4], b_color)]
+    assert by_updates.lines[0][1] == a_y and by_updates.lines[1][1] == b_y
+    assert by_updates.shaded == [([3, 4, 5, 6], sa_low, sa_high, a_color)]
     assert by_updates.labels["xlabel"] == "gradient updates" and "ppo_atari not shown" in by_updates.labels["title"]
+    assert by_steps.labels["xlabel"] == "environment steps" and "min to max" in by_steps.labels["legend"]
+    assert by_steps.hlines == by_updates.hlines == [3]
+    # a setting whose seeds share no step is named, not drawn; PPO alone: one panel
+    hand_made(tmp_path, "c3", [(1000, 0, 1), (1100, 4, 2)], exp_name="ppo_atari", envs_count=8, seed=3)
+    panels.clear()
+    runs = [compare.read_csv(tmp_path / f"{name}.csv") for name in ("c1", "c2", "c3")]
+    assert compare.plot(runs, tmp_path / "ppo.png", fake_pyplot(panels), window=2) == ["ppo_atari"]
+    assert len(panels) == 1 and panels[0].lines == []
 
 
 def hand_made(folder, name, games, steps=4000, **flags):
@@ -218,7 +334,8 @@ def hand_made(folder, name, games, steps=4000, **flags):
     (folder / f"{name}.csv").write_text(
         f"# command: python {params['exp_name']}.py --seed {params['seed']}\n# script: {params['exp_name']}.py\n"
         f"# env_id: {params['env_id']}\n# seed: {params['seed']}\n# steps: {steps}\n# seconds: 600.0\n# updates: 500\n"
-        f"# hyperparameters: {json.dumps(params)}\nstep,return,seconds\n{rows}")
+        f"# hyperparameters: {json.dumps(params)}\nstep,return,seconds\n{rows}"
+    )
 
 
 def test_compare_reach_gives_steps_and_minutes_over_the_seeds_that_got_there(tmp_path):
@@ -234,8 +351,12 @@ def test_compare_reach_gives_steps_and_minutes_over_the_seeds_that_got_there(tmp
     lines = proc.stdout.splitlines()
     assert [cell.strip() for cell in lines[0].split("|")[1:-1]][-2:] == ["steps to 10", "minutes to 10"]
     cells = {row[0]: row for row in ([cell.strip() for cell in line.split("|")[1:-1]] for line in lines[2:])}
-    assert sorted(cells) == ["dqn_atari --learning-starts 1000", "dqn_atari --learning-starts 20000",
-                             "dqn_atari --learning-starts 80000", "ppo_atari"]
+    assert sorted(cells) == [
+        "dqn_atari --learning-starts 1000",
+        "dqn_atari --learning-starts 20000",
+        "dqn_atari --learning-starts 80000",
+        "ppo_atari",
+    ]
     assert cells["dqn_atari --learning-starts 80000"][-2:] == ["2/3 reached: 2,500 (0 updates)", "2/3 reached: 2.5"]
     assert cells["dqn_atari --learning-starts 80000"][3] == "3"  # seeds
     assert cells["dqn_atari --learning-starts 20000"][-2:] == ["not reached", "not reached"]
@@ -253,7 +374,9 @@ def test_compare_pools_runs_that_differ_only_in_saving_flags(tmp_path):
     hand_made(tmp_path, "b1", games, seed=1, save_every=100000, learning_rate=0.001)  # another setting
     proc = run_tool("compare.py", tmp_path)
     assert proc.returncode == 0, proc.stderr
-    cells = {row[0]: row for row in ([cell.strip() for cell in line.split("|")[1:-1]] for line in proc.stdout.splitlines()[2:])}
+    cells = {
+        row[0]: row for row in ([cell.strip() for cell in line.split("|")[1:-1]] for line in proc.stdout.splitlines()[2:])
+    }
     assert sorted(cells) == ["dqn_atari", "dqn_atari --learning-rate 0.001"]  # no saving flag in a label
     assert cells["dqn_atari"][3] == "3" and cells["dqn_atari --learning-rate 0.001"][3] == "1"
 
@@ -271,15 +394,40 @@ def test_compare_pools_runs_that_passed_their_total_by_a_few_steps(tmp_path):
     assert sorted((row[2], row[3]) for row in rows) == [("2,500", "1"), ("4,000", "3")]
 
 
-def test_compare_draws_the_three_curves(sweep, tmp_path):
-    pytest.importorskip("matplotlib")
+def test_compare_draws_the_curves_with_matplotlib(sweep, tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     out, _ = sweep
     png = tmp_path / "curves.png"
     proc = run_tool("compare.py", out / "results", "--plot", png, "--reach", 1)
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     width, height = struct.unpack(">II", png.read_bytes()[16:24])  # the PNG header's size
-    assert width > 3 * height  # three panels side by side
+    assert 2 * height < width < 3 * height  # two panels side by side: steps and updates
+    # on real matplotlib: per panel one line per setting (and --reach's), each with its seeds' range shaded
+    games = [(1000 + 100 * i, i % 5, i) for i in range(30)]
+    for seed in (1, 2):
+        hand_made(
+            tmp_path,
+            f"a{seed}",
+            [(step + 10 * seed, value + seed, t) for step, value, t in games],
+            seed=seed,
+            learning_starts=1000,
+        )
+        hand_made(tmp_path, f"b{seed}", games, exp_name="dqn_atari_vec", envs_count=8, seed=seed, learning_starts=1000)
+    runs = [compare.read_csv(tmp_path / f"{name}.csv") for name in ("a1", "a2", "b1", "b2")]
+    figure_path = tmp_path / "hand_made.png"
+    assert compare.plot(runs, figure_path, plt, reach=2, window=10) == [] and figure_path.exists()
+    by_steps, by_updates = plt.gcf().axes
+    for axes in (by_steps, by_updates):
+        assert len(axes.lines) == 3 and len(axes.collections) == 2
+    assert [text.get_text() for text in by_steps.get_legend().get_texts()] == [
+        "dqn_atari (1 env, K=4), 2 seeds",
+        "dqn_atari_vec (8 envs, K=4), 2 seeds",
+    ]
+    plt.close("all")
 
 
 def test_compare_refuses_a_folder_without_runs_and_a_foreign_csv(tmp_path):
