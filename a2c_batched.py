@@ -155,38 +155,40 @@ class AtariGames:
         self.action_space = self.envs.single_action_space
         action_set = self.envs.ale.get_action_set()
         self.fire = action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+        # As CleanRL's FireResetEnv (from OpenAI Baselines): FIRE, then action 2 (RIGHT in Breakout, UP in many
+        # games), in games that have FIRE and an action 2
         self.launch = [self.fire, 2] if Action.FIRE in action_set and len(action_set) >= 3 else []
         frames, infos = self.envs.reset(seed=seed)
         self.obs = frames.repeat(STACK, axis=1)
         self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode
         self.lives = infos["lives"]
         self.queued = [list(self.launch) for _ in range(envs_count)]  # actions to play for the agent, in order
-        self.valid = np.array([not queue for queue in self.queued])  # the next step is the agent's
+        self.agent_acts = np.array([not queue for queue in self.queued])  # the next step is the agent's
         self.scores, self.lengths = np.zeros(envs_count), np.zeros(envs_count, dtype=np.int64)
 
     def send(self, actions):
         """Start a step: the agent's actions, but where a step is played for it; True where it is a transition."""
         played = actions.copy()
-        for e in np.flatnonzero(~self.valid):
+        for e in np.flatnonzero(~self.agent_acts):
             played[e] = self.queued[e].pop(0)
         self.envs.send(played)
-        return self.valid
+        return self.agent_acts
 
     def recv(self):
         """End the step (obs is the next one): clipped rewards, episodes' ends, (score, length) of ended games."""
         frames, rewards, terminations, truncations, infos = self.envs.recv()
         life_lost, game_over = infos["lives"] < self.lives, terminations | truncations
-        self.obs = push_frames(self.obs, frames, ~self.valid)  # a step played for the agent starts an episode
-        self.firsts, self.lives = ~self.valid, infos["lives"]
+        self.obs = push_frames(self.obs, frames, ~self.agent_acts)  # a step played for the agent starts an episode
+        self.firsts, self.lives = ~self.agent_acts, infos["lives"]
         self.scores += rewards
-        self.lengths += self.valid
+        self.lengths += self.agent_acts
         finished = [(self.scores[e], self.lengths[e]) for e in np.flatnonzero(game_over)]
         self.scores[game_over], self.lengths[game_over] = 0.0, 0
         for e in np.flatnonzero(game_over):
             self.queued[e] = [self.fire, *self.launch]  # the reset, then the launch
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
-        self.valid = np.array([not queue for queue in self.queued])
+        self.agent_acts = np.array([not queue for queue in self.queued])
         # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state.
         return np.sign(rewards), terminations | life_lost, finished
 
@@ -247,7 +249,7 @@ def main(argv=None):
 
     games = AtariGames(args.env_id, args.envs_count, args.seed)
     actions_count = games.action_space.n
-    # channels_last: oneDNN's CPU convolutions run about 20% faster on this memory layout; fused: Adam in one pass
+    # channels_last: the memory layout oneDNN's CPU convolutions run fastest on; fused: Adam in one pass
     agent = Agent(actions_count).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     actor_losses, critic_losses, entropies = [], [], []  # the batches: one tensor per step
@@ -256,55 +258,54 @@ def main(argv=None):
     checkpoints = Checkpoints(agent, args, run_dir, actions_count)
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
-    logits, values = agent(torch.from_numpy(games.obs).to(device))
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
-        # ALGO LOGIC: the actor samples one action per environment
-        dist = Categorical(logits=logits)
-        actions = dist.sample()
-        valid = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
-        global_step += np.count_nonzero(valid)  # the agent's steps, as CleanRL counts them
-        rewards, dones, finished = games.recv()
-
-        # ALGO LOGIC: one forward of s': V(s') for this step's target, pi(.|s') and V(s') for the next step's loss
-        next_logits, next_values = agent(torch.from_numpy(games.obs).to(device))
-
-        # ALGO LOGIC: this step's actor and critic losses, appended to the batches
-        rewards_t, dones_t = torch.from_numpy(rewards).to(device).float(), torch.from_numpy(dones).to(device).float()
-        target = td_target(rewards_t, dones_t, next_values.detach(), args.gamma)  # a fixed target: semi-gradient TD
-        td_errors = target - values
-        actor_loss = -dist.log_prob(actions) * td_errors.detach()  # the advantage only scales the actor's gradient
-        critic_loss = td_errors**2
-        if valid.any():
-            valid_t = torch.from_numpy(valid).to(device)
-            actor_losses.append(actor_loss[valid_t])
-            critic_losses.append(critic_loss[valid_t])
-            entropies.append(dist.entropy()[valid_t])
-
-        # ALGO LOGIC: a full batch makes one gradient step, then the batches start again empty
-        if len(actor_losses) >= args.rollout_length:
-            actor_loss_batch = torch.cat(actor_losses).mean()
-            critic_loss_batch = torch.cat(critic_losses).mean()
-            entropy_batch = torch.cat(entropies).mean()
-            loss = actor_loss_batch + args.vf_coef * critic_loss_batch - args.ent_coef * entropy_batch
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-            optimizer.step()
-            actor_losses, critic_losses, entropies = [], [], []
-            updates += 1
-            writer.add_scalar("losses/actor_loss", actor_loss_batch.item(), global_step)
-            writer.add_scalar("losses/critic_loss", critic_loss_batch.item(), global_step)
-            writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
-            # The parameters have moved: the next step's pi and V must come from the new ones.
+        # ALGO LOGIC: phase 1, the rollout, until the batches hold rollout_length steps' losses. Its first pi(.|s), V(s)
+        # come from the parameters as they are now; then one forward of s' gives V(s') for the step's target and the next s.
+        logits, values = agent(torch.from_numpy(games.obs).to(device))
+        while len(actor_losses) < args.rollout_length:
+            dist = Categorical(logits=logits)
+            actions = dist.sample()
+            agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
+            global_step += np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL counts them
+            rewards, dones, finished = games.recv()
             next_logits, next_values = agent(torch.from_numpy(games.obs).to(device))
-        logits, values = next_logits, next_values
+            # this step's actor and critic losses, appended to the batches
+            rewards, dones = torch.from_numpy(rewards).to(device).float(), torch.from_numpy(dones).to(device).float()
+            target = td_target(rewards, dones, next_values.detach(), args.gamma)  # a fixed target: semi-gradient TD
+            td_errors = target - values
+            actor_loss = -dist.log_prob(actions) * td_errors.detach()  # the advantage only scales the actor's gradient
+            critic_loss = td_errors**2
+            if agent_acted.any():
+                agent_acted = torch.from_numpy(agent_acted).to(device)
+                actor_losses.append(actor_loss[agent_acted])
+                critic_losses.append(critic_loss[agent_acted])
+                entropies.append(dist.entropy()[agent_acted])
+            logits, values = next_logits, next_values  # the graph comes along: the next step's loss flows through it
+            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it
+                writer.add_scalar("charts/episodic_return", score, global_step)
+                writer.add_scalar("charts/episodic_length", length, global_step)
+                progress.returns.append(score)
+            if global_step >= args.total_timesteps or stop_signals:
+                break
+        if len(actor_losses) < args.rollout_length:  # cut short by the run's end or a stop: not learnt from
+            break
 
-        # PLUMBING: the whole game's real score, as CleanRL logs it; progress; checkpoints
-        for score, length in finished:
-            writer.add_scalar("charts/episodic_return", score, global_step)
-            writer.add_scalar("charts/episodic_length", length, global_step)
-            progress.returns.append(score)
-        progress.show(global_step, updates)
+        # ALGO LOGIC: phase 2, the update: the batches' means make one gradient step, then they start again empty
+        actor_loss_batch = torch.cat(actor_losses).mean()
+        critic_loss_batch = torch.cat(critic_losses).mean()
+        entropy_batch = torch.cat(entropies).mean()
+        loss = actor_loss_batch + args.vf_coef * critic_loss_batch - args.ent_coef * entropy_batch
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        actor_losses, critic_losses, entropies = [], [], []
+        updates += 1
+        writer.add_scalar("losses/actor_loss", actor_loss_batch.item(), global_step)
+        writer.add_scalar("losses/critic_loss", critic_loss_batch.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
+
+        progress.show(global_step, updates)  # PLUMBING: progress and checkpoints, once a rollout
         checkpoints.save_every(global_step)
     games.envs.close()
     return end_run(agent, args, run_dir, writer, device, checkpoints, global_step)
@@ -513,9 +514,9 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     returns, video = [], []
     while len(returns) < episodes:
         actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
-        if games.valid[0] and rng.random() < epsilon:
+        if games.agent_acts[0] and rng.random() < epsilon:
             actions = rng.integers(0, games.action_space.n, size=1)
-        elif games.valid[0]:
+        elif games.agent_acts[0]:
             with torch.no_grad():
                 actions = Categorical(logits=agent(torch.from_numpy(games.obs).to(device))[0]).sample().cpu().numpy()
         games.send(actions)

@@ -152,38 +152,40 @@ class AtariGames:
         self.action_space = self.envs.single_action_space
         action_set = self.envs.ale.get_action_set()
         self.fire = action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+        # As CleanRL's FireResetEnv (from OpenAI Baselines): FIRE, then action 2 (RIGHT in Breakout, UP in many
+        # games), in games that have FIRE and an action 2
         self.launch = [self.fire, 2] if Action.FIRE in action_set and len(action_set) >= 3 else []
         frames, infos = self.envs.reset(seed=seed)
         self.obs = frames.repeat(STACK, axis=1)
         self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode
         self.lives = infos["lives"]
         self.queued = [list(self.launch) for _ in range(envs_count)]  # actions to play for the agent, in order
-        self.valid = np.array([not queue for queue in self.queued])  # the next step is the agent's
+        self.agent_acts = np.array([not queue for queue in self.queued])  # the next step is the agent's
         self.scores, self.lengths = np.zeros(envs_count), np.zeros(envs_count, dtype=np.int64)
 
     def send(self, actions):
         """Start a step: the agent's actions, but where a step is played for it; True where it is a transition."""
         played = actions.copy()
-        for e in np.flatnonzero(~self.valid):
+        for e in np.flatnonzero(~self.agent_acts):
             played[e] = self.queued[e].pop(0)
         self.envs.send(played)
-        return self.valid
+        return self.agent_acts
 
     def recv(self):
         """End the step (obs is the next one): clipped rewards, episodes' ends, (score, length) of ended games."""
         frames, rewards, terminations, truncations, infos = self.envs.recv()
         life_lost, game_over = infos["lives"] < self.lives, terminations | truncations
-        self.obs = push_frames(self.obs, frames, ~self.valid)  # a step played for the agent starts an episode
-        self.firsts, self.lives = ~self.valid, infos["lives"]
+        self.obs = push_frames(self.obs, frames, ~self.agent_acts)  # a step played for the agent starts an episode
+        self.firsts, self.lives = ~self.agent_acts, infos["lives"]
         self.scores += rewards
-        self.lengths += self.valid
+        self.lengths += self.agent_acts
         finished = [(self.scores[e], self.lengths[e]) for e in np.flatnonzero(game_over)]
         self.scores[game_over], self.lengths[game_over] = 0.0, 0
         for e in np.flatnonzero(game_over):
             self.queued[e] = [self.fire, *self.launch]  # the reset, then the launch
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
-        self.valid = np.array([not queue for queue in self.queued])
+        self.agent_acts = np.array([not queue for queue in self.queued])
         # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state.
         return np.sign(rewards), terminations | life_lost, finished
 
@@ -232,25 +234,37 @@ def td_target(rewards, dones, next_q_max, gamma):
     return rewards + gamma * next_q_max * (1.0 - dones)
 
 
+def updates_due(global_step, learning_starts, learn_steps_period):
+    """The gradient updates a run should have made by global_step: one per learn_steps_period steps
+    after learning_starts, none before."""
+    return max(global_step - learning_starts, 0) // learn_steps_period
+
+
+def reached_a_multiple(step, new_steps, period):
+    """Whether the step count, just raised by new_steps to `step`, reached or passed a multiple of
+    period (with several environments a step adds several: the count can jump over it)."""
+    return step % period < new_steps
+
+
 class ReplayMemory:
     """A ring of single frames: 7 KB a transition instead of 56 KB for two stacked observations.
 
     Row t, column e holds what environment e saw at its t-th step: the observation's newest frame,
     the action, the clipped reward, whether the episode ended there for learning (`dones`), whether
-    it is a transition (`valid`: not a step played for the agent) and whether the frame opened an
+    it is a transition (`agent_acted`: not a step played for the agent) and whether the frame opened an
     episode (`firsts`): there the episode's first frame stands in for the frames before it."""
 
     def __init__(self, capacity, envs_count):
         self.rows = capacity // envs_count
         self.frames = np.zeros((self.rows, envs_count, *FRAME_SHAPE), dtype=np.uint8)
         self.actions, self.rewards = (np.zeros((self.rows, envs_count), dtype=kind) for kind in (np.uint8, np.int8))
-        self.dones, self.valid, self.firsts = (np.zeros((self.rows, envs_count), dtype=bool) for _ in range(3))
+        self.dones, self.agent_acted, self.firsts = (np.zeros((self.rows, envs_count), dtype=bool) for _ in range(3))
         self.pos, self.full = 0, False
 
-    def add(self, frames, actions, rewards, dones, valid, firsts):
+    def add(self, frames, actions, rewards, dones, agent_acted, firsts):
         row = self.pos
         self.frames[row], self.actions[row], self.rewards[row] = frames, actions, rewards
-        self.dones[row], self.valid[row], self.firsts[row] = dones, valid, firsts
+        self.dones[row], self.agent_acted[row], self.firsts[row] = dones, agent_acted, firsts
         self.pos = (row + 1) % self.rows
         self.full = self.full or self.pos == 0
 
@@ -268,7 +282,7 @@ class ReplayMemory:
         # The next frame must be stored already, and when the ring is full the STACK - 1 frames
         # before the oldest rows have been overwritten by the newest ones.
         age = (rows - self.pos) % self.rows if self.full else rows + STACK - 1
-        return self.valid[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != self.pos)
+        return self.agent_acted[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != self.pos)
 
     def sample(self, batch_size, rng):
         filled = self.rows if self.full else self.pos
@@ -302,7 +316,7 @@ def main(argv=None):
 
     games = AtariGames(args.env_id, 1, args.seed)
     actions_count = games.action_space.n
-    # channels_last: CPU convolutions run about 40% faster on this memory layout; fused: Adam in one pass
+    # channels_last: the memory layout oneDNN's CPU convolutions run fastest on; fused: Adam in one pass
     q_network = QNetwork(actions_count).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
     target_network = QNetwork(actions_count).to(device, memory_format=torch.channels_last)
@@ -315,17 +329,17 @@ def main(argv=None):
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
         # ALGO LOGIC: epsilon-greedy action for the current observation
-        obs, firsts = games.obs, games.firsts
+        obs, firsts = games.obs, games.firsts  # this step's, for the replay: recv() below replaces them
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         actions = epsilon_greedy(q_network, obs, epsilon, actions_count, rng, device)
 
         # The emulator runs in its own C++ thread: send the actions, learn while it plays, collect.
-        valid = games.send(actions)  # False where the step is played for the agent: no transition
-        new_steps = np.count_nonzero(valid)  # the agent's steps, as CleanRL counts them
+        agent_acted = games.send(actions)  # False where the step is played for the agent: no transition
+        new_steps = np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL counts them
         global_step += new_steps
 
         # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started
-        while global_step > args.learning_starts and updates < (global_step - args.learning_starts) // args.learn_steps_period:
+        while updates < updates_due(global_step, args.learning_starts, args.learn_steps_period):
             states, batch_actions, batch_rewards, next_states, batch_dones = replay.sample(args.batch_size, rng)
             states, next_states = torch.from_numpy(states).to(device), torch.from_numpy(next_states).to(device)
             batch_rewards = torch.from_numpy(batch_rewards).to(device).float()
@@ -343,13 +357,13 @@ def main(argv=None):
                 writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
 
         # ALGO LOGIC: the target network follows the Q-network every target_network_frequency steps
-        if global_step > args.learning_starts and global_step % args.target_network_frequency < new_steps:
+        if global_step > args.learning_starts and reached_a_multiple(global_step, new_steps, args.target_network_frequency):
             for target_param, param in zip(target_network.parameters(), q_network.parameters()):
                 target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
 
         # ALGO LOGIC: the step's transitions go into the replay memory
         rewards, dones, finished = games.recv()
-        replay.add(obs[:, -1], actions, rewards, dones, valid, firsts)
+        replay.add(obs[:, -1], actions, rewards, dones, agent_acted, firsts)
 
         # PLUMBING: the whole game's real score, as CleanRL logs it; progress; checkpoints
         for score, length in finished:
@@ -600,13 +614,7 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     games, rng = AtariGames(env_id, 1, seed), np.random.default_rng(seed)
     returns, video = [], []
     while len(returns) < episodes:
-        actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
-        if games.valid[0] and rng.random() < epsilon:
-            actions = rng.integers(0, games.action_space.n, size=1)
-        elif games.valid[0]:
-            with torch.no_grad():
-                actions = q_network(torch.from_numpy(games.obs).to(device)).argmax(1).cpu().numpy()
-        games.send(actions)
+        games.send(epsilon_greedy(q_network, games.obs, epsilon, games.action_space.n, rng, device))
         _, _, finished = games.recv()
         if video_dir is not None:
             video.append(games.obs[0, -1])

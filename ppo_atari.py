@@ -184,38 +184,40 @@ class AtariGames:
         self.action_space = self.envs.single_action_space
         action_set = self.envs.ale.get_action_set()
         self.fire = action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+        # As CleanRL's FireResetEnv (from OpenAI Baselines): FIRE, then action 2 (RIGHT in Breakout, UP in many
+        # games), in games that have FIRE and an action 2
         self.launch = [self.fire, 2] if Action.FIRE in action_set and len(action_set) >= 3 else []
         frames, infos = self.envs.reset(seed=seed)
         self.obs = frames.repeat(STACK, axis=1)
         self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode
         self.lives = infos["lives"]
         self.queued = [list(self.launch) for _ in range(envs_count)]  # actions to play for the agent, in order
-        self.valid = np.array([not queue for queue in self.queued])  # the next step is the agent's
+        self.agent_acts = np.array([not queue for queue in self.queued])  # the next step is the agent's
         self.scores, self.lengths = np.zeros(envs_count), np.zeros(envs_count, dtype=np.int64)
 
     def send(self, actions):
         """Start a step: the agent's actions, but where a step is played for it; True where it is a transition."""
         played = actions.copy()
-        for e in np.flatnonzero(~self.valid):
+        for e in np.flatnonzero(~self.agent_acts):
             played[e] = self.queued[e].pop(0)
         self.envs.send(played)
-        return self.valid
+        return self.agent_acts
 
     def recv(self):
         """End the step (obs is the next one): clipped rewards, episodes' ends, (score, length) of ended games."""
         frames, rewards, terminations, truncations, infos = self.envs.recv()
         life_lost, game_over = infos["lives"] < self.lives, terminations | truncations
-        self.obs = push_frames(self.obs, frames, ~self.valid)  # a step played for the agent starts an episode
-        self.firsts, self.lives = ~self.valid, infos["lives"]
+        self.obs = push_frames(self.obs, frames, ~self.agent_acts)  # a step played for the agent starts an episode
+        self.firsts, self.lives = ~self.agent_acts, infos["lives"]
         self.scores += rewards
-        self.lengths += self.valid
+        self.lengths += self.agent_acts
         finished = [(self.scores[e], self.lengths[e]) for e in np.flatnonzero(game_over)]
         self.scores[game_over], self.lengths[game_over] = 0.0, 0
         for e in np.flatnonzero(game_over):
             self.queued[e] = [self.fire, *self.launch]  # the reset, then the launch
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
-        self.valid = np.array([not queue for queue in self.queued])
+        self.agent_acts = np.array([not queue for queue in self.queued])
         # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state.
         return np.sign(rewards), terminations | life_lost, finished
 
@@ -258,14 +260,14 @@ def td_target(rewards, dones, next_values, gamma):
     return rewards + gamma * next_values * (1.0 - dones)
 
 
-def gae(rewards, values, dones, valid, next_values, gamma, gae_lambda):
+def gae(rewards, values, dones, agent_acted, next_values, gamma, gae_lambda):
     """Generalized advantage estimates of a rollout: A_t = delta_t + gamma * lambda * A_{t+1}.
 
     delta_t, step t's TD error, is the advantage of a2c_batched.py: cheap in variance, but only as
     right as the critic; summing the later ones with weights (gamma * lambda)^k trades some of
-    that bias for variance. rewards, values, dones and valid are (steps, envs). dones[t] is 1 when
+    that bias for variance. rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when
     step t ended the episode for learning: no bootstrap and no advantage flow back across it.
-    valid[t] is False for a step played for the agent: its advantage is 0 and nothing flows through
+    agent_acted[t] is False for a step played for the agent: its advantage is 0 and nothing flows through
     it (after a time-limit truncation, the step before keeps its bootstrap from V of the game's last
     observation). next_values is V of the observation after the last step."""
     advantages = torch.zeros_like(rewards)
@@ -273,7 +275,7 @@ def gae(rewards, values, dones, valid, next_values, gamma, gae_lambda):
     for t in reversed(range(len(rewards))):
         next_step_values = next_values if t == len(rewards) - 1 else values[t + 1]
         delta = td_target(rewards[t], dones[t], next_step_values, gamma) - values[t]
-        following = (delta + gamma * gae_lambda * (1.0 - dones[t]) * following) * valid[t]
+        following = (delta + gamma * gae_lambda * (1.0 - dones[t]) * following) * agent_acted[t]
         advantages[t] = following
     return advantages
 
@@ -296,7 +298,7 @@ def main(argv=None):
 
     games = AtariGames(args.env_id, args.envs_count, args.seed)
     actions_count = games.action_space.n
-    # channels_last: oneDNN's CPU convolutions run about 20% faster on this memory layout; fused: Adam in one pass
+    # channels_last: the memory layout oneDNN's CPU convolutions run fastest on; fused: Adam in one pass
     agent = Agent(actions_count).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     # The rollout: one row per step, kept whole because PPO goes over it several times.
@@ -304,102 +306,100 @@ def main(argv=None):
     rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
     rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
     rollout_logprobs, rollout_values, rollout_rewards, rollout_dones = torch.zeros((4, *rollout_shape), device=device)
-    rollout_valid = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
-    step = 0  # rows of the rollout filled
+    rollout_agent_acted = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
     global_step, updates = 0, 0
     progress = Progress(writer, args.total_timesteps)
     checkpoints = Checkpoints(agent, args, run_dir, actions_count)
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
-        # ALGO LOGIC: the actor samples one action per environment
-        obs_t = torch.from_numpy(games.obs).to(device)
-        with torch.no_grad():
-            logits, values = agent(obs_t)
-        dist = Categorical(logits=logits)
-        actions = dist.sample()
-        valid = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
-        global_step += np.count_nonzero(valid)  # the agent's steps, as CleanRL counts them
-        rewards, dones, finished = games.recv()
-
-        # ALGO LOGIC: this step's transition, with log pi(a|s) and V(s) at the time, appended to the rollout
-        rollout_obs[step] = obs_t
-        rollout_actions[step] = actions
-        rollout_logprobs[step] = dist.log_prob(actions)
-        rollout_values[step] = values
-        rollout_rewards[step] = torch.from_numpy(rewards)
-        rollout_dones[step] = torch.from_numpy(dones)
-        rollout_valid[step] = torch.from_numpy(valid)
-        step += 1
-
-        # ALGO LOGIC: a full rollout makes update_epochs passes of minibatch steps, then starts again empty
-        if step == args.rollout_length:
-            if args.anneal_lr:
-                done_fraction = (global_step - rollout_valid.sum().item()) / args.total_timesteps  # before this rollout
-                optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
+        # ALGO LOGIC: phase 1, the rollout: rollout_length steps of every environment, kept with log pi(a|s) and V(s)
+        done_fraction = global_step / args.total_timesteps  # of the run, before this rollout: the learning rate's anneal
+        for step in range(args.rollout_length):
+            obs = torch.from_numpy(games.obs).to(device)
             with torch.no_grad():
-                next_values = agent(torch.from_numpy(games.obs).to(device))[1]
-            advantages = gae(
-                rollout_rewards, rollout_values, rollout_dones, rollout_valid, next_values, args.gamma, args.gae_lambda
-            )
-            returns = advantages + rollout_values
-            # (steps, envs) flattened into one batch, of which only the real transitions are drawn
-            b_obs, b_actions, b_logprobs = rollout_obs.flatten(0, 1), rollout_actions.flatten(), rollout_logprobs.flatten()
-            b_values, b_advantages, b_returns = rollout_values.flatten(), advantages.flatten(), returns.flatten()
-            real = torch.nonzero(rollout_valid.flatten()).squeeze(1)
-            clipfracs = []
-            for epoch in range(args.update_epochs):
-                for mb in torch.tensor_split(real[torch.randperm(len(real))], args.num_minibatches):
-                    # index_select copies whole observations, several times faster than b_obs[mb]
-                    new_logits, new_values = agent(b_obs.index_select(0, mb))
-                    new_dist = Categorical(logits=new_logits)
-                    log_ratio = new_dist.log_prob(b_actions[mb]) - b_logprobs[mb]
-                    ratio = log_ratio.exp()
-                    with torch.no_grad():
-                        # Two estimates of KL(pi_old || pi_new); the second is never negative and less noisy.
-                        old_approx_kl = (-log_ratio).mean()
-                        approx_kl = ((ratio - 1.0) - log_ratio).mean()
-                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
-                    mb_advantages = b_advantages[mb]
-                    if args.norm_adv:
-                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(correction=0) + 1e-8)
-                    # The larger of the plain and the clipped loss: moving the ratio past the clip
-                    # range earns nothing more, but a move that made things worse is paid in full.
-                    clipped_ratio = ratio.clamp(1.0 - args.clip_coef, 1.0 + args.clip_coef)
-                    actor_loss_batch = torch.max(-mb_advantages * ratio, -mb_advantages * clipped_ratio).mean()
-                    critic_loss = (new_values - b_returns[mb]) ** 2
-                    if args.clip_vloss:
-                        clipped_values = b_values[mb] + (new_values - b_values[mb]).clamp(-args.clip_coef, args.clip_coef)
-                        critic_loss = torch.max(critic_loss, (clipped_values - b_returns[mb]) ** 2)
-                    critic_loss_batch = 0.5 * critic_loss.mean()
-                    entropy_batch = new_dist.entropy().mean()
-                    loss = actor_loss_batch + args.vf_coef * critic_loss_batch - args.ent_coef * entropy_batch
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                    updates += 1
-                if args.target_kl is not None and approx_kl > args.target_kl:
-                    break
-            step = 0
-            # How much of the returns' variance the critic explained before the update (1 is all of it)
-            returns_var = b_returns[real].var()
-            explained_var = 1.0 - (b_returns[real] - b_values[real]).var() / returns_var if returns_var > 0 else np.nan
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("losses/value_loss", critic_loss_batch.item(), global_step)
-            writer.add_scalar("losses/policy_loss", actor_loss_batch.item(), global_step)
-            writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
-            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-            writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-            writer.add_scalar("losses/explained_variance", float(explained_var), global_step)
+                logits, values = agent(obs)
+            dist = Categorical(logits=logits)
+            actions = dist.sample()
+            agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
+            global_step += np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL counts them
+            rewards, dones, finished = games.recv()
+            rollout_obs[step] = obs
+            rollout_actions[step] = actions
+            rollout_logprobs[step] = dist.log_prob(actions)
+            rollout_values[step] = values
+            rollout_rewards[step] = torch.from_numpy(rewards)
+            rollout_dones[step] = torch.from_numpy(dones)
+            rollout_agent_acted[step] = torch.from_numpy(agent_acted)
+            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it
+                writer.add_scalar("charts/episodic_return", score, global_step)
+                writer.add_scalar("charts/episodic_length", length, global_step)
+                progress.returns.append(score)
+            if global_step >= args.total_timesteps or stop_signals:
+                break
+        if step < args.rollout_length - 1:  # cut short by the run's end or a stop: not learnt from
+            break
 
-        # PLUMBING: the whole game's real score, as CleanRL logs it; progress; checkpoints
-        for score, length in finished:
-            writer.add_scalar("charts/episodic_return", score, global_step)
-            writer.add_scalar("charts/episodic_length", length, global_step)
-            progress.returns.append(score)
-        progress.show(global_step, updates)
+        # ALGO LOGIC: phase 2, the update: update_epochs passes over the rollout in minibatch steps
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
+        with torch.no_grad():
+            next_values = agent(torch.from_numpy(games.obs).to(device))[1]
+        advantages = gae(
+            rollout_rewards, rollout_values, rollout_dones, rollout_agent_acted, next_values, args.gamma, args.gae_lambda
+        )
+        returns = advantages + rollout_values
+        # (steps, envs) flattened into one batch, from which only the agent's steps are drawn
+        b_obs, b_actions, b_logprobs = rollout_obs.flatten(0, 1), rollout_actions.flatten(), rollout_logprobs.flatten()
+        b_values, b_advantages, b_returns = rollout_values.flatten(), advantages.flatten(), returns.flatten()
+        agent_steps = torch.nonzero(rollout_agent_acted.flatten()).squeeze(1)
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            for mb in torch.tensor_split(agent_steps[torch.randperm(len(agent_steps))], args.num_minibatches):
+                # index_select copies whole observations, several times faster than b_obs[mb]
+                new_logits, new_values = agent(b_obs.index_select(0, mb))
+                new_dist = Categorical(logits=new_logits)
+                log_ratio = new_dist.log_prob(b_actions[mb]) - b_logprobs[mb]
+                ratio = log_ratio.exp()
+                with torch.no_grad():
+                    # Two estimates of KL(pi_old || pi_new); the second is never negative and less noisy.
+                    old_approx_kl = (-log_ratio).mean()
+                    approx_kl = ((ratio - 1.0) - log_ratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
+                mb_advantages = b_advantages[mb]
+                if args.norm_adv:  # by the minibatch's population std (CleanRL: the sample std, n - 1; 0.2% apart)
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(correction=0) + 1e-8)
+                # The larger of the plain and the clipped loss: moving the ratio past the clip
+                # range earns nothing more, but a move that made things worse is paid in full.
+                clipped_ratio = ratio.clamp(1.0 - args.clip_coef, 1.0 + args.clip_coef)
+                actor_loss_batch = torch.max(-mb_advantages * ratio, -mb_advantages * clipped_ratio).mean()
+                critic_loss = (new_values - b_returns[mb]) ** 2
+                if args.clip_vloss:
+                    clipped_values = b_values[mb] + (new_values - b_values[mb]).clamp(-args.clip_coef, args.clip_coef)
+                    critic_loss = torch.max(critic_loss, (clipped_values - b_returns[mb]) ** 2)
+                critic_loss_batch = 0.5 * critic_loss.mean()
+                entropy_batch = new_dist.entropy().mean()
+                loss = actor_loss_batch + args.vf_coef * critic_loss_batch - args.ent_coef * entropy_batch
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+                updates += 1
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+        # How much of the returns' variance the critic explained before the update (1 is all of it)
+        returns_var = b_returns[agent_steps].var()
+        explained_var = 1.0 - (b_returns - b_values)[agent_steps].var() / returns_var if returns_var > 0 else np.nan
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", critic_loss_batch.item(), global_step)
+        writer.add_scalar("losses/policy_loss", actor_loss_batch.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
+        writer.add_scalar("losses/explained_variance", float(explained_var), global_step)
+
+        progress.show(global_step, updates)  # PLUMBING: progress and checkpoints, once a rollout
         checkpoints.save_every(global_step)
     games.envs.close()
     return end_run(agent, args, run_dir, writer, device, checkpoints, global_step)
@@ -614,9 +614,9 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     returns, video = [], []
     while len(returns) < episodes:
         actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
-        if games.valid[0] and rng.random() < epsilon:
+        if games.agent_acts[0] and rng.random() < epsilon:
             actions = rng.integers(0, games.action_space.n, size=1)
-        elif games.valid[0]:
+        elif games.agent_acts[0]:
             with torch.no_grad():
                 actions = Categorical(logits=agent(torch.from_numpy(games.obs).to(device))[0]).sample().cpu().numpy()
         games.send(actions)

@@ -174,38 +174,40 @@ class AtariGames:
         self.action_space = self.envs.single_action_space
         action_set = self.envs.ale.get_action_set()
         self.fire = action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
+        # As CleanRL's FireResetEnv (from OpenAI Baselines): FIRE, then action 2 (RIGHT in Breakout, UP in many
+        # games), in games that have FIRE and an action 2
         self.launch = [self.fire, 2] if Action.FIRE in action_set and len(action_set) >= 3 else []
         frames, infos = self.envs.reset(seed=seed)
         self.obs = frames.repeat(STACK, axis=1)
         self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode
         self.lives = infos["lives"]
         self.queued = [list(self.launch) for _ in range(envs_count)]  # actions to play for the agent, in order
-        self.valid = np.array([not queue for queue in self.queued])  # the next step is the agent's
+        self.agent_acts = np.array([not queue for queue in self.queued])  # the next step is the agent's
         self.scores, self.lengths = np.zeros(envs_count), np.zeros(envs_count, dtype=np.int64)
 
     def send(self, actions):
         """Start a step: the agent's actions, but where a step is played for it; True where it is a transition."""
         played = actions.copy()
-        for e in np.flatnonzero(~self.valid):
+        for e in np.flatnonzero(~self.agent_acts):
             played[e] = self.queued[e].pop(0)
         self.envs.send(played)
-        return self.valid
+        return self.agent_acts
 
     def recv(self):
         """End the step (obs is the next one): clipped rewards, episodes' ends, (score, length) of ended games."""
         frames, rewards, terminations, truncations, infos = self.envs.recv()
         life_lost, game_over = infos["lives"] < self.lives, terminations | truncations
-        self.obs = push_frames(self.obs, frames, ~self.valid)  # a step played for the agent starts an episode
-        self.firsts, self.lives = ~self.valid, infos["lives"]
+        self.obs = push_frames(self.obs, frames, ~self.agent_acts)  # a step played for the agent starts an episode
+        self.firsts, self.lives = ~self.agent_acts, infos["lives"]
         self.scores += rewards
-        self.lengths += self.valid
+        self.lengths += self.agent_acts
         finished = [(self.scores[e], self.lengths[e]) for e in np.flatnonzero(game_over)]
         self.scores[game_over], self.lengths[game_over] = 0.0, 0
         for e in np.flatnonzero(game_over):
             self.queued[e] = [self.fire, *self.launch]  # the reset, then the launch
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
-        self.valid = np.array([not queue for queue in self.queued])
+        self.agent_acts = np.array([not queue for queue in self.queued])
         # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state.
         return np.sign(rewards), terminations | life_lost, finished
 
@@ -264,13 +266,13 @@ def td_target(rewards, dones, next_values, gamma):
     return rewards + gamma * next_values * (1.0 - dones)
 
 
-def q_lambda_returns(rewards, values, dones, valid, next_values, gamma, q_lambda):
+def q_lambda_returns(rewards, values, dones, agent_acted, next_values, gamma, q_lambda):
     """Q(lambda) targets of a rollout: G_t = r_t + gamma * ((1 - lambda) * V(s_t+1) + lambda * G_t+1).
 
     V(s) here is max_a Q(s, a), the greedy policy's value. With lambda = 0 the target is DQN's
     one-step TD target; towards 1 it leans less on the network and more on the rewards that
-    followed. rewards, values, dones and valid are (steps, envs). dones[t] is 1 when step t ended
-    the episode for learning: its target is its reward alone. valid[t] is False for a step played
+    followed. rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended
+    the episode for learning: its target is its reward alone. agent_acted[t] is False for a step played
     for the agent: its target is 0 (never learnt from), and the step before bootstraps wholly from
     V of the observation it led to (after a time-limit truncation, the game's last observation).
     next_values is V of the observation after the last step."""
@@ -279,8 +281,8 @@ def q_lambda_returns(rewards, values, dones, valid, next_values, gamma, q_lambda
     for t in reversed(range(len(rewards))):
         next_step_values = next_values if t == len(rewards) - 1 else values[t + 1]
         mixed = (1.0 - q_lambda) * next_step_values + q_lambda * following
-        returns[t] = td_target(rewards[t], dones[t], mixed, gamma) * valid[t]
-        following = torch.where(valid[t], returns[t], values[t])
+        returns[t] = td_target(rewards[t], dones[t], mixed, gamma) * agent_acted[t]
+        following = torch.where(agent_acted[t], returns[t], values[t])
     return returns
 
 
@@ -303,7 +305,7 @@ def main(argv=None):
 
     games = AtariGames(args.env_id, args.envs_count, args.seed)
     actions_count = games.action_space.n
-    # channels_last: oneDNN's CPU convolutions run about 20% faster on this memory layout
+    # channels_last: the memory layout oneDNN's CPU convolutions run fastest on
     q_network = QNetwork(actions_count).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
     # The rollout: one row per step, kept whole because the update goes over it several times.
@@ -311,67 +313,65 @@ def main(argv=None):
     rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
     rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
     rollout_values, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
-    rollout_valid = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
-    step = 0  # rows of the rollout filled
+    rollout_agent_acted = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
     global_step, updates = 0, 0
     progress = Progress(writer, args.total_timesteps)
     checkpoints = Checkpoints(q_network, args, run_dir, actions_count)
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
-        # ALGO LOGIC: epsilon-greedy actions, one per environment, from one forward pass
-        obs_t = torch.from_numpy(games.obs).to(device)
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        with torch.no_grad():
-            q_values = q_network(obs_t)
-        actions = epsilon_greedy(q_values.cpu().numpy(), epsilon, rng)
-        valid = games.send(actions)  # False where the step is played for the agent: no transition
-        global_step += np.count_nonzero(valid)  # the agent's steps, as CleanRL counts them
-        rewards, dones, finished = games.recv()
-
-        # ALGO LOGIC: this step's transition, with V(s) = max_a Q(s, a) at the time, appended to the rollout
-        rollout_obs[step] = obs_t
-        rollout_actions[step] = torch.from_numpy(actions)
-        rollout_values[step] = q_values.max(1).values
-        rollout_rewards[step] = torch.from_numpy(rewards)
-        rollout_dones[step] = torch.from_numpy(dones)
-        rollout_valid[step] = torch.from_numpy(valid)
-        step += 1
-
-        # ALGO LOGIC: a full rollout makes update_epochs passes of minibatch steps, then starts again empty
-        if step == args.rollout_length:
-            if args.anneal_lr:
-                done_fraction = (global_step - rollout_valid.sum().item()) / args.total_timesteps  # before this rollout
-                optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
+        # ALGO LOGIC: phase 1, the rollout: rollout_length epsilon-greedy steps of every environment, kept with max_a Q(s, a)
+        done_fraction = global_step / args.total_timesteps  # of the run, before this rollout: the learning rate's anneal
+        for step in range(args.rollout_length):
+            obs = torch.from_numpy(games.obs).to(device)
+            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
             with torch.no_grad():
-                next_values = q_network(torch.from_numpy(games.obs).to(device)).max(1).values
-            returns = q_lambda_returns(
-                rollout_rewards, rollout_values, rollout_dones, rollout_valid, next_values, args.gamma, args.q_lambda
-            )
-            # (steps, envs) flattened into one batch, of which only the real transitions are drawn
-            b_obs, b_actions, b_returns = rollout_obs.flatten(0, 1), rollout_actions.flatten(), returns.flatten()
-            real = torch.nonzero(rollout_valid.flatten()).squeeze(1)
-            for epoch in range(args.update_epochs):
-                for mb in torch.tensor_split(real[torch.randperm(len(real))], args.num_minibatches):
-                    # index_select copies whole observations, several times faster than b_obs[mb]
-                    q_taken = q_network(b_obs.index_select(0, mb)).gather(1, b_actions[mb, None]).squeeze(1)
-                    loss = F.mse_loss(q_taken, b_returns[mb])
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                    updates += 1
-            step = 0
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("losses/td_loss", loss.item(), global_step)
-            writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
+                q_values = q_network(obs)
+            actions = epsilon_greedy(q_values.cpu().numpy(), epsilon, rng)
+            agent_acted = games.send(actions)  # False where the step is played for the agent: no transition
+            global_step += np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL counts them
+            rewards, dones, finished = games.recv()
+            rollout_obs[step] = obs
+            rollout_actions[step] = torch.from_numpy(actions)
+            rollout_values[step] = q_values.max(1).values
+            rollout_rewards[step] = torch.from_numpy(rewards)
+            rollout_dones[step] = torch.from_numpy(dones)
+            rollout_agent_acted[step] = torch.from_numpy(agent_acted)
+            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it
+                writer.add_scalar("charts/episodic_return", score, global_step)
+                writer.add_scalar("charts/episodic_length", length, global_step)
+                progress.returns.append(score)
+            if global_step >= args.total_timesteps or stop_signals:
+                break
+        if step < args.rollout_length - 1:  # cut short by the run's end or a stop: not learnt from
+            break
 
-        # PLUMBING: the whole game's real score, as CleanRL logs it; progress; checkpoints
-        for score, length in finished:
-            writer.add_scalar("charts/episodic_return", score, global_step)
-            writer.add_scalar("charts/episodic_length", length, global_step)
-            progress.returns.append(score)
-        progress.show(global_step, updates, {"charts/epsilon": epsilon})
+        # ALGO LOGIC: phase 2, the update: update_epochs passes over the rollout in minibatch steps
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
+        with torch.no_grad():
+            next_values = q_network(torch.from_numpy(games.obs).to(device)).max(1).values
+        returns = q_lambda_returns(
+            rollout_rewards, rollout_values, rollout_dones, rollout_agent_acted, next_values, args.gamma, args.q_lambda
+        )
+        # (steps, envs) flattened into one batch, from which only the agent's steps are drawn
+        b_obs, b_actions, b_returns = rollout_obs.flatten(0, 1), rollout_actions.flatten(), returns.flatten()
+        agent_steps = torch.nonzero(rollout_agent_acted.flatten()).squeeze(1)
+        for epoch in range(args.update_epochs):
+            for mb in torch.tensor_split(agent_steps[torch.randperm(len(agent_steps))], args.num_minibatches):
+                # index_select copies whole observations, several times faster than b_obs[mb]
+                q_taken = q_network(b_obs.index_select(0, mb)).gather(1, b_actions[mb, None]).squeeze(1)
+                loss = F.mse_loss(q_taken, b_returns[mb])
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+                optimizer.step()
+                updates += 1
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/td_loss", loss.item(), global_step)
+        writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
+
+        progress.show(global_step, updates, {"charts/epsilon": epsilon})  # PLUMBING: progress and checkpoints, once a rollout
         checkpoints.save_every(global_step)
     games.envs.close()
     return end_run(q_network, args, run_dir, writer, device, checkpoints, global_step)
@@ -586,7 +586,7 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
     returns, video = [], []
     while len(returns) < episodes:
         actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
-        if games.valid[0]:
+        if games.agent_acts[0]:
             with torch.no_grad():
                 actions = epsilon_greedy(q_network(torch.from_numpy(games.obs).to(device)).cpu().numpy(), epsilon, rng)
         games.send(actions)

@@ -227,7 +227,7 @@ def main():
         ]
     replay = dqn_atari.ReplayMemory(10_000, 1)
     per_transition = (
-        sum(a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones, replay.valid, replay.firsts))
+        sum(a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones, replay.agent_acted, replay.firsts))
         / 10_000
     )
     rows.append(("replay bytes per transition", f"{per_transition:,.0f}", "target <= 7,500"))

@@ -105,6 +105,26 @@ def test_td_target_by_hand():
     torch.testing.assert_close(target, torch.tensor([1.0 + 0.9 * 2.0, 0.0, -1.0 + 0.9 * 0.5, 1.0]))
 
 
+def test_updates_due_by_hand():
+    # learning_starts 100, one update per 4 steps: none until step 104, then one more every 4 steps
+    assert [dqn_atari.updates_due(step, 100, 4) for step in (0, 100, 103, 104, 107, 108, 140)] == [0, 0, 0, 1, 1, 2, 10]
+    assert dqn_atari.updates_due(5, 0, 1) == 5
+
+
+def test_reached_a_multiple_sees_every_multiple_even_when_the_count_jumps():
+    period = 1000
+    assert dqn_atari.reached_a_multiple(1000, 1, period) and dqn_atari.reached_a_multiple(2003, 8, period)
+    assert not dqn_atari.reached_a_multiple(1999, 8, period) and not dqn_atari.reached_a_multiple(2008, 8, period)
+    assert not dqn_atari.reached_a_multiple(3000, 0, period)  # a step played for the agent adds no step
+    # counts raised by 0-8 steps at a time, as 8 environments do: each multiple is reached exactly once
+    rng, step, reached = np.random.default_rng(0), 0, 0
+    while step < 100_000:
+        new_steps = int(rng.integers(0, 9))
+        step += new_steps
+        reached += dqn_atari.reached_a_multiple(step, new_steps, period)
+    assert reached == step // period
+
+
 def test_epsilon_schedule_by_hand():
     assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 0) == 1.0
     assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 500) == pytest.approx(0.505)
@@ -127,10 +147,10 @@ def play_into_replay(capacity, steps, seed=0):
     history = []  # (obs, action, reward, next_obs, done, real transition) of every step
     for _ in range(steps):
         obs, firsts, actions = games.obs, games.firsts, rng.integers(0, 4, size=1)
-        valid = games.send(actions)
+        agent_acted = games.send(actions)
         rewards, dones, _ = games.recv()
-        replay.add(obs[:, -1], actions, rewards, dones, valid, firsts)
-        history.append((obs[0], actions[0], rewards[0], games.obs[0], dones[0], valid[0]))
+        replay.add(obs[:, -1], actions, rewards, dones, agent_acted, firsts)
+        history.append((obs[0], actions[0], rewards[0], games.obs[0], dones[0], agent_acted[0]))
     return replay, history
 
 
@@ -156,7 +176,7 @@ def test_replay_rebuilds_the_real_stacks_across_games_and_the_wrap():
     assert checked > capacity - 40
     assert episode_starts_seen >= 3 * 5, "several games and lives began inside the ring"
     # The rows that cannot be rebuilt are exactly the reset steps, the newest row and the oldest three.
-    assert (~ok).sum() == (~replay.valid[:, 0]).sum() + 1 + 3 - (~replay.valid[:, 0])[
+    assert (~ok).sum() == (~replay.agent_acted[:, 0]).sum() + 1 + 3 - (~replay.agent_acted[:, 0])[
         [(replay.pos + k) % capacity for k in (-1, 0, 1, 2)]
     ].sum()
 
@@ -180,25 +200,27 @@ def test_a_time_limit_cut_is_not_a_terminal(in_tmp, monkeypatch):
 
     stored, add = [], dqn_atari.ReplayMemory.add
 
-    def spy(replay, frames, actions, rewards, dones, valid, firsts):
-        stored.append((dones.copy(), valid.copy()))
-        add(replay, frames, actions, rewards, dones, valid, firsts)
+    def spy(replay, frames, actions, rewards, dones, agent_acted, firsts):
+        stored.append((dones.copy(), agent_acted.copy()))
+        add(replay, frames, actions, rewards, dones, agent_acted, firsts)
 
     monkeypatch.setattr(dqn_atari, "AtariVectorEnv", short_games)
     monkeypatch.setattr(dqn_atari.ReplayMemory, "add", spy)
     run_dir = dqn_atari.main(
         ["--total-timesteps", "400", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "8"]
     )
-    dones, valid = (np.concatenate(column) for column in zip(*stored))
+    dones, agent_acted = (np.concatenate(column) for column in zip(*stored))
     lengths = read_scalars(run_dir)["charts/episodic_length"][1]
     assert len(lengths) >= 20 and (lengths <= 16).all()  # many games, each cut after about 15 steps
-    assert (~valid).sum() >= 20  # every cut is followed by a reset step, which is no transition
+    assert (~agent_acted).sum() >= 20  # every cut is followed by a reset step, which is no transition
     assert not dones.any()
 
 
 def test_replay_costs_one_frame_per_transition():
     replay = dqn_atari.ReplayMemory(10_000, 1)
-    total = sum(a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones, replay.valid, replay.firsts))
+    total = sum(
+        a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones, replay.agent_acted, replay.firsts)
+    )
     assert total / 10_000 == dqn_atari.REPLAY_BYTES_PER_TRANSITION <= 7_500
 
 

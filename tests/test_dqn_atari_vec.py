@@ -104,9 +104,9 @@ def test_replay_stacks_stay_within_one_environment():
     history = []
     for _ in range(steps):  # as the training loop stores them
         obs, firsts, actions = games.obs, games.firsts, rng.integers(0, 4, size=envs_count)
-        valid = games.send(actions)
+        agent_acted = games.send(actions)
         rewards, dones, _ = games.recv()
-        replay.add(obs[:, -1], actions, rewards, dones, valid, firsts)
+        replay.add(obs[:, -1], actions, rewards, dones, agent_acted, firsts)
         history.append((obs, games.obs))
     assert replay.full and replay.frames.shape[:2] == (300, 3)
     rows = np.repeat(np.arange(300), envs_count)

@@ -48,7 +48,7 @@ def test_gae_matches_a_step_by_step_computation():
     rewards = [[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, -1.0], [1.0, 0.0]]
     values = [[0.5, 0.1], [0.6, 0.2], [0.7, 0.3], [0.3, 0.4], [0.2, 0.5]]
     dones = [[0, 0], [0, 0], [1, 0], [0, 1], [0, 0]]
-    valid = [[1, 1], [1, 1], [1, 0], [0, 1], [1, 1]]
+    agent_acted = [[1, 1], [1, 1], [1, 0], [0, 1], [1, 1]]
     next_values = [0.9, -0.4]
     r = np.array(rewards)
     v = np.array(values)
@@ -70,7 +70,7 @@ def test_gae_matches_a_step_by_step_computation():
         torch.tensor(rewards),
         torch.tensor(values),
         torch.tensor(dones, dtype=torch.float32),
-        torch.tensor(valid, dtype=torch.bool),
+        torch.tensor(agent_acted, dtype=torch.bool),
         torch.tensor(next_values),
         g,
         lam,
@@ -82,13 +82,13 @@ def test_gae_matches_a_step_by_step_computation():
 def test_gae_limits_are_the_td_error_and_the_monte_carlo_return():
     rewards = torch.tensor([[1.0], [0.0], [2.0]])
     values = torch.tensor([[0.5], [0.25], [1.0]])
-    no_dones, all_valid = torch.zeros(3, 1), torch.ones(3, 1, dtype=torch.bool)
+    no_dones, all_acted = torch.zeros(3, 1), torch.ones(3, 1, dtype=torch.bool)
     next_values = torch.tensor([4.0])
     # lambda = 0: the one-step TD error, a2c_batched.py's advantage
-    td = ppo_atari.gae(rewards, values, no_dones, all_valid, next_values, 0.5, 0.0)
+    td = ppo_atari.gae(rewards, values, no_dones, all_acted, next_values, 0.5, 0.0)
     np.testing.assert_allclose(td[:, 0].numpy(), [1 + 0.5 * 0.25 - 0.5, 0 + 0.5 * 1.0 - 0.25, 2 + 0.5 * 4 - 1.0])
     # lambda = 1, gamma = 1: the sum of the rewards left plus the bootstrap, minus V
-    mc = ppo_atari.gae(rewards, values, no_dones, all_valid, next_values, 1.0, 1.0)
+    mc = ppo_atari.gae(rewards, values, no_dones, all_acted, next_values, 1.0, 1.0)
     np.testing.assert_allclose(mc[:, 0].numpy(), [3 + 4 - 0.5, 2 + 4 - 0.25, 2 + 4 - 1.0])
 
 
@@ -99,9 +99,9 @@ def test_rollout_marks_the_steps_that_only_reset_a_game(tmp_path, monkeypatch):
     seen = []
     real_gae = ppo_atari.gae
 
-    def spy(rewards, values, dones, valid, next_values, gamma, gae_lambda):
-        advantages = real_gae(rewards, values, dones, valid, next_values, gamma, gae_lambda)
-        seen.append((rewards.clone(), dones.clone(), valid.clone(), advantages))
+    def spy(rewards, values, dones, agent_acted, next_values, gamma, gae_lambda):
+        advantages = real_gae(rewards, values, dones, agent_acted, next_values, gamma, gae_lambda)
+        seen.append((rewards.clone(), dones.clone(), agent_acted.clone(), advantages))
         return advantages
 
     monkeypatch.setattr(ppo_atari, "gae", spy)
@@ -120,12 +120,12 @@ def test_rollout_marks_the_steps_that_only_reset_a_game(tmp_path, monkeypatch):
         ]
     )
     assert len(seen) == 3
-    rewards, dones, valid, advantages = (torch.cat(parts) for parts in zip(*seen))
+    rewards, dones, agent_acted, advantages = (torch.cat(parts) for parts in zip(*seen))
     step = torch.arange(48)
-    assert torch.equal(valid, (step % 6 != 5)[:, None].expand(48, 2))  # step 5 of every 6 only resets
+    assert torch.equal(agent_acted, (step % 6 != 5)[:, None].expand(48, 2))  # step 5 of every 6 only resets
     assert torch.equal(dones.bool(), (step % 6 == 4)[:, None].expand(48, 2))  # the ball lands at step 4
     assert torch.equal(rewards != 0, dones.bool())  # rewards come only when a game ends
-    assert torch.all(advantages[~valid] == 0)
+    assert torch.all(advantages[~agent_acted] == 0)
 
 
 # ---------------------------------------------------------------- a real Atari run

@@ -43,7 +43,7 @@ def test_q_lambda_returns_match_a_step_by_step_computation():
     rewards = [[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, -1.0], [1.0, 0.0]]
     q_max = [[0.5, 0.1], [0.6, 0.2], [0.7, 0.3], [0.3, 0.4], [0.2, 0.5]]  # max_a Q(s_t, a)
     dones = [[0, 0], [0, 0], [1, 0], [0, 1], [0, 0]]
-    valid = [[1, 1], [1, 1], [1, 0], [0, 1], [1, 1]]
+    agent_acted = [[1, 1], [1, 1], [1, 0], [0, 1], [1, 1]]
     next_q_max = [0.9, -0.4]
     r, q = np.array(rewards), np.array(q_max)
 
@@ -64,7 +64,7 @@ def test_q_lambda_returns_match_a_step_by_step_computation():
         torch.tensor(rewards),
         torch.tensor(q_max),
         torch.tensor(dones, dtype=torch.float32),
-        torch.tensor(valid, dtype=torch.bool),
+        torch.tensor(agent_acted, dtype=torch.bool),
         torch.tensor(next_q_max),
         g,
         lam,
@@ -76,13 +76,13 @@ def test_q_lambda_returns_match_a_step_by_step_computation():
 def test_q_lambda_limits_are_the_td_target_and_the_monte_carlo_return():
     rewards = torch.tensor([[1.0], [0.0], [2.0]])
     q_max = torch.tensor([[0.5], [0.25], [1.0]])
-    no_dones, all_valid = torch.zeros(3, 1), torch.ones(3, 1, dtype=torch.bool)
+    no_dones, all_acted = torch.zeros(3, 1), torch.ones(3, 1, dtype=torch.bool)
     next_q_max = torch.tensor([4.0])
     # lambda = 0: DQN's one-step target, r + gamma * max Q of the next observation
-    td = pqn_atari.q_lambda_returns(rewards, q_max, no_dones, all_valid, next_q_max, 0.5, 0.0)
+    td = pqn_atari.q_lambda_returns(rewards, q_max, no_dones, all_acted, next_q_max, 0.5, 0.0)
     np.testing.assert_allclose(td[:, 0].numpy(), [1 + 0.5 * 0.25, 0 + 0.5 * 1.0, 2 + 0.5 * 4])
     # lambda = 1, gamma = 1: the sum of the rewards left plus the bootstrap at the rollout's end
-    mc = pqn_atari.q_lambda_returns(rewards, q_max, no_dones, all_valid, next_q_max, 1.0, 1.0)
+    mc = pqn_atari.q_lambda_returns(rewards, q_max, no_dones, all_acted, next_q_max, 1.0, 1.0)
     np.testing.assert_allclose(mc[:, 0].numpy(), [3 + 4, 2 + 4, 2 + 4])
 
 
@@ -101,9 +101,9 @@ def test_rollout_marks_the_steps_that_only_reset_a_game(in_tmp, monkeypatch):
     seen = []
     real_returns = pqn_atari.q_lambda_returns
 
-    def spy(rewards, q_max, dones, valid, next_q_max, gamma, q_lambda):
-        returns = real_returns(rewards, q_max, dones, valid, next_q_max, gamma, q_lambda)
-        seen.append((rewards.clone(), dones.clone(), valid.clone(), returns))
+    def spy(rewards, q_max, dones, agent_acted, next_q_max, gamma, q_lambda):
+        returns = real_returns(rewards, q_max, dones, agent_acted, next_q_max, gamma, q_lambda)
+        seen.append((rewards.clone(), dones.clone(), agent_acted.clone(), returns))
         return returns
 
     monkeypatch.setattr(pqn_atari, "q_lambda_returns", spy)
@@ -122,12 +122,12 @@ def test_rollout_marks_the_steps_that_only_reset_a_game(in_tmp, monkeypatch):
         ]
     )
     assert len(seen) == 3
-    rewards, dones, valid, returns = (torch.cat(parts) for parts in zip(*seen))
+    rewards, dones, agent_acted, returns = (torch.cat(parts) for parts in zip(*seen))
     step = torch.arange(48)
-    assert torch.equal(valid, (step % 6 != 5)[:, None].expand(48, 2))  # step 5 of every 6 only resets
+    assert torch.equal(agent_acted, (step % 6 != 5)[:, None].expand(48, 2))  # step 5 of every 6 only resets
     assert torch.equal(dones.bool(), (step % 6 == 4)[:, None].expand(48, 2))  # the ball lands at step 4
     assert torch.equal(rewards != 0, dones.bool())  # rewards come only when a game ends
-    assert torch.all(returns[~valid] == 0)
+    assert torch.all(returns[~agent_acted] == 0)
     assert torch.equal(returns[dones.bool()], rewards[dones.bool()])  # a game's last step: its reward alone
 
 
