@@ -82,20 +82,10 @@ def parse_args(argv=None):
         help="no training: play --eval-episodes games with a model this script saved, log their scores",
     )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    p.add_argument(
-        "--eval-epsilon",
-        type=probability,
-        default=0.05,
-        help="chance of a random action instead of the policy's sample in the evaluation games",
-    )
+    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="chance of a random action in the evaluation games")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
-    p.add_argument(
-        "--total-timesteps",
-        type=positive_int,
-        default=10_000_000,
-        help="environment steps of the run, summed over the environments",
-    )
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
     p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="Adam's learning rate")
     p.add_argument("--envs-count", type=positive_int, default=16, help="environments stepped together")
     p.add_argument("--rollout-length", type=positive_int, default=10, help="steps whose losses make one gradient step")
@@ -281,10 +271,11 @@ def main(argv=None):
                 critic_losses.append(critic_loss[agent_acted])
                 entropies.append(dist.entropy()[agent_acted])
             logits, values = next_logits, next_values  # the graph comes along: the next step's loss flows through it
-            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it
+            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it; progress
                 writer.add_scalar("charts/episodic_return", score, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 progress.returns.append(score)
+            progress.show(global_step, updates)
             if global_step >= args.total_timesteps or stop_signals:
                 break
         if len(actor_losses) < args.rollout_length:  # cut short by the run's end or a stop: not learnt from
@@ -305,8 +296,7 @@ def main(argv=None):
         writer.add_scalar("losses/critic_loss", critic_loss_batch.item(), global_step)
         writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
 
-        progress.show(global_step, updates)  # PLUMBING: progress and checkpoints, once a rollout
-        checkpoints.save_every(global_step)
+        checkpoints.save_every(global_step)  # PLUMBING: once a rollout, after its update
     games.envs.close()
     return end_run(agent, args, run_dir, writer, device, checkpoints, global_step)
 

@@ -73,33 +73,21 @@ def parse_args(argv=None):
         help="no training: play --eval-episodes games with a model this script saved, log their scores",
     )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="epsilon of the evaluation games")
+    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="chance of a random action in the evaluation games")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
-    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="environment steps of the run")
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
     p.add_argument("--learning-rate", type=positive_float, default=1e-4, help="Adam's learning rate")
     p.add_argument("--buffer-size", type=positive_int, default=1_000_000, help="transitions the replay memory holds")
     p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
     p.add_argument("--tau", type=probability, default=1.0, help="target network update rate (1.0: a hard copy)")
-    p.add_argument(
-        "--target-network-frequency", type=positive_int, default=1000, help="environment steps between target network updates"
-    )
+    p.add_argument("--target-network-frequency", type=positive_int, default=1000, help="steps between target network updates")
     p.add_argument("--batch-size", type=positive_int, default=32, help="transitions per gradient update")
     p.add_argument("--start-e", type=probability, default=1.0, help="epsilon at the start")
     p.add_argument("--end-e", type=probability, default=0.01, help="epsilon at the end of the decay")
-    p.add_argument(
-        "--exploration-fraction",
-        type=probability,
-        default=0.10,
-        help="fraction of --total-timesteps over which epsilon decays",
-    )
+    p.add_argument("--exploration-fraction", type=probability, default=0.10, help="share of the run over which epsilon falls")
     p.add_argument("--learning-starts", type=non_negative_int, default=80_000, help="environment steps before learning")
-    p.add_argument(
-        "--learn-steps-period",
-        type=positive_int,
-        default=4,
-        help="environment steps, summed over all environments, per gradient update",
-    )
+    p.add_argument("--learn-steps-period", type=positive_int, default=4, help="steps summed over all environments per update")
     args = p.parse_args(argv)
     check_args(p, args)  # what a flag's type cannot check alone (plumbing, below main)
     return args

@@ -81,34 +81,22 @@ def parse_args(argv=None):
         help="no training: play --eval-episodes games with a model this script saved, log their scores",
     )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="epsilon of the evaluation games")
+    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="chance of a random action in the evaluation games")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
-    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="environment steps of the run")
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
     p.add_argument("--learning-rate", type=positive_float, default=1e-4, help="Adam's learning rate")
     p.add_argument("--buffer-size", type=positive_int, default=1_000_000, help="transitions the replay memory holds")
     p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
     p.add_argument("--tau", type=probability, default=1.0, help="target network update rate (1.0: a hard copy)")
-    p.add_argument(
-        "--target-network-frequency", type=positive_int, default=1000, help="environment steps between target network updates"
-    )
+    p.add_argument("--target-network-frequency", type=positive_int, default=1000, help="steps between target network updates")
     p.add_argument("--batch-size", type=positive_int, default=32, help="transitions per gradient update")
     p.add_argument("--start-e", type=probability, default=1.0, help="epsilon at the start")
     p.add_argument("--end-e", type=probability, default=0.01, help="epsilon at the end of the decay")
-    p.add_argument(
-        "--exploration-fraction",
-        type=probability,
-        default=0.10,
-        help="fraction of --total-timesteps over which epsilon decays",
-    )
+    p.add_argument("--exploration-fraction", type=probability, default=0.10, help="share of the run over which epsilon falls")
     p.add_argument("--learning-starts", type=non_negative_int, default=80_000, help="environment steps before learning")
     p.add_argument("--workers-count", type=positive_int, default=2, help="actor processes, one environment each")
-    p.add_argument(
-        "--learn-steps-period",
-        type=positive_int,
-        default=4,
-        help="environment steps, summed over all environments, per gradient update",
-    )
+    p.add_argument("--learn-steps-period", type=positive_int, default=4, help="steps summed over all environments per update")
     args = p.parse_args(argv)
     check_args(p, args)  # what a flag's type cannot check alone (plumbing, below main)
     return args
@@ -313,13 +301,11 @@ def worker(index, args, acting_network, pipe, shared_step, stop):
     """One actor: plays its own game and sends what it saw to the learner, SEND_BATCH steps at a time."""
     torch.set_num_threads(1)  # the learner needs the cores; acting is one small forward pass
     games, rng = AtariGames(args.env_id, 1, args.seed + index), np.random.default_rng(args.seed + index)
-    batch, finished = [], []
+    batch, finished, decay_steps = [], [], args.exploration_fraction * args.total_timesteps
     while not stop.value:  # set by the learner when the run ends
         # ALGO LOGIC: epsilon follows the learner's global step; acting on half-copied new weights is harmless
         obs, firsts = games.obs, games.firsts  # this step's, for the replay: recv() below replaces them
-        epsilon = linear_schedule(
-            args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, shared_step.value
-        )
+        epsilon = linear_schedule(args.start_e, args.end_e, decay_steps, shared_step.value)
         actions = epsilon_greedy(acting_network, obs, epsilon, games.action_space.n, rng, "cpu")
         agent_acted = games.send(actions)  # False where the step is played for the agent: no transition
         rewards, dones, ended = games.recv()
@@ -487,10 +473,7 @@ def check_args(p, args):
     # most 3 steps in a row are played for the agent (a game's reset and launch), so with 2 * STACK rows
     # one at least is always a transition; with fewer the first update could wait forever.
     if args.buffer_size // args.workers_count < 2 * STACK:
-        p.error(
-            f"argument --buffer-size: must be at least {2 * STACK} rows per worker: "
-            f"{2 * STACK * args.workers_count} with --workers-count {args.workers_count}"
-        )
+        p.error(f"argument --buffer-size: must be at least {2 * STACK} * --workers-count = {2 * STACK * args.workers_count}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
     if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay
         p.error(
@@ -573,9 +556,8 @@ def start_workers(args, acting_network):
     learner_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     for index in range(args.workers_count):
         pipe, worker_end = context.Pipe(duplex=False)
-        workers.append(
-            context.Process(target=worker, args=(index, args, acting_network, worker_end, shared_step, stop), daemon=True)
-        )
+        worker_args = (index, args, acting_network, worker_end, shared_step, stop)
+        workers.append(context.Process(target=worker, args=worker_args, daemon=True))
         workers[-1].start()
         worker_end.close()
         pipes.append(pipe)
@@ -587,11 +569,8 @@ def dead_worker(workers):
     """Which worker has died and how, else None: a worker exits when told to, on an exception, or killed."""
     for index, process in enumerate(workers):
         if process.exitcode is not None:
-            how = (
-                f"killed by {signal.Signals(-process.exitcode).name}"
-                if process.exitcode < 0
-                else f"exit code {process.exitcode}"
-            )
+            code = process.exitcode
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             return f"worker {index} (pid {process.pid}) died: {how}"
 
 

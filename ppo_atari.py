@@ -81,57 +81,27 @@ def parse_args(argv=None):
         help="no training: play --eval-episodes games with a model this script saved, log their scores",
     )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    p.add_argument(
-        "--eval-epsilon",
-        type=probability,
-        default=0.05,
-        help="chance of a random action instead of the policy's sample in the evaluation games",
-    )
+    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="chance of a random action in the evaluation games")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
-    p.add_argument(
-        "--total-timesteps",
-        type=positive_int,
-        default=10_000_000,
-        help="environment steps of the run, summed over the environments",
-    )
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
     p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="Adam's learning rate")
-    p.add_argument(
-        "--anneal-lr",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="lower the learning rate linearly to 0 over the run",
-    )
+    p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="anneal the learning rate to 0")
     p.add_argument("--envs-count", type=positive_int, default=8, help="environments stepped together")
     p.add_argument("--rollout-length", type=positive_int, default=128, help="steps whose transitions make one update")
     p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
-    p.add_argument(
-        "--gae-lambda",
-        type=probability,
-        default=0.95,
-        help="GAE's lambda: 0 gives the one-step TD advantage, 1 the Monte Carlo return",
-    )
+    p.add_argument("--gae-lambda", type=probability, default=0.95, help="GAE's lambda (0: the TD error, 1: Monte Carlo)")
     p.add_argument("--num-minibatches", type=positive_int, default=4, help="minibatches a rollout is split into")
     p.add_argument("--update-epochs", type=positive_int, default=4, help="passes over each rollout")
     p.add_argument(
-        "--norm-adv",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="normalize the advantages within each minibatch",
+        "--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="normalize advantages per minibatch"
     )
     p.add_argument("--clip-coef", type=positive_float, default=0.1, help="the surrogate clipping coefficient")
-    p.add_argument(
-        "--clip-vloss", action=argparse.BooleanOptionalAction, default=True, help="clip the value loss as the policy's"
-    )
+    p.add_argument("--clip-vloss", action=argparse.BooleanOptionalAction, default=True, help="clip the value loss too")
     p.add_argument("--ent-coef", type=non_negative_float, default=0.01, help="weight of the entropy bonus")
     p.add_argument("--vf-coef", type=non_negative_float, default=0.5, help="weight of the critic's loss")
     p.add_argument("--max-grad-norm", type=positive_float, default=0.5, help="gradients are clipped to this norm")
-    p.add_argument(
-        "--target-kl",
-        type=positive_float,
-        default=None,
-        help="stop the update's epochs early once the approximate KL passes this (default: never)",
-    )
+    p.add_argument("--target-kl", type=positive_float, default=None, help="end the update's epochs once its KL passes this")
     args = p.parse_args(argv)
     check_args(p, args)  # what a flag's type cannot check alone (plumbing, below main)
     return args
@@ -331,10 +301,11 @@ def main(argv=None):
             rollout_rewards[step] = torch.from_numpy(rewards)
             rollout_dones[step] = torch.from_numpy(dones)
             rollout_agent_acted[step] = torch.from_numpy(agent_acted)
-            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it
+            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it; progress
                 writer.add_scalar("charts/episodic_return", score, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 progress.returns.append(score)
+            progress.show(global_step, updates)
             if global_step >= args.total_timesteps or stop_signals:
                 break
         if step < args.rollout_length - 1:  # cut short by the run's end or a stop: not learnt from
@@ -399,8 +370,7 @@ def main(argv=None):
         writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
         writer.add_scalar("losses/explained_variance", float(explained_var), global_step)
 
-        progress.show(global_step, updates)  # PLUMBING: progress and checkpoints, once a rollout
-        checkpoints.save_every(global_step)
+        checkpoints.save_every(global_step)  # PLUMBING: once a rollout, after its update
     games.envs.close()
     return end_run(agent, args, run_dir, writer, device, checkpoints, global_step)
 

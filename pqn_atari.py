@@ -81,47 +81,22 @@ def parse_args(argv=None):
         help="no training: play --eval-episodes games with a model this script saved, log their scores",
     )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    p.add_argument(
-        "--eval-epsilon",
-        type=probability,
-        default=0.05,
-        help="chance of a random action instead of the greedy one in the evaluation games",
-    )
+    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="chance of a random action in the evaluation games")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
-    p.add_argument(
-        "--total-timesteps",
-        type=positive_int,
-        default=10_000_000,
-        help="environment steps of the run, summed over the environments",
-    )
+    p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
     p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="RAdam's learning rate")
-    p.add_argument(
-        "--anneal-lr",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="lower the learning rate linearly to 0 over the run",
-    )
+    p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="anneal the learning rate to 0")
     p.add_argument("--envs-count", type=positive_int, default=8, help="environments stepped together")
     p.add_argument("--rollout-length", type=positive_int, default=128, help="steps whose transitions make one update")
     p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
-    p.add_argument(
-        "--q-lambda",
-        type=probability,
-        default=0.65,
-        help="Q(lambda)'s lambda: 0 gives the one-step TD target, 1 the Monte Carlo return",
-    )
+    p.add_argument("--q-lambda", type=probability, default=0.65, help="Q(lambda)'s lambda (0: DQN's target, 1: Monte Carlo)")
     p.add_argument("--num-minibatches", type=positive_int, default=4, help="minibatches a rollout is split into")
     p.add_argument("--update-epochs", type=positive_int, default=4, help="passes over each rollout")
     p.add_argument("--max-grad-norm", type=positive_float, default=10.0, help="gradients are clipped to this norm")
     p.add_argument("--start-e", type=probability, default=1.0, help="epsilon at the start of the run")
     p.add_argument("--end-e", type=probability, default=0.01, help="epsilon at the end of the exploration")
-    p.add_argument(
-        "--exploration-fraction",
-        type=probability,
-        default=0.10,
-        help="fraction of --total-timesteps over which epsilon falls from --start-e to --end-e",
-    )
+    p.add_argument("--exploration-fraction", type=probability, default=0.10, help="share of the run over which epsilon falls")
     args = p.parse_args(argv)
     check_args(p, args)  # what a flag's type cannot check alone (plumbing, below main)
     return args
@@ -337,10 +312,11 @@ def main(argv=None):
             rollout_rewards[step] = torch.from_numpy(rewards)
             rollout_dones[step] = torch.from_numpy(dones)
             rollout_agent_acted[step] = torch.from_numpy(agent_acted)
-            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it
+            for score, length in finished:  # PLUMBING: the whole game's real score, as CleanRL logs it; progress
                 writer.add_scalar("charts/episodic_return", score, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 progress.returns.append(score)
+            progress.show(global_step, updates, {"charts/epsilon": epsilon})
             if global_step >= args.total_timesteps or stop_signals:
                 break
         if step < args.rollout_length - 1:  # cut short by the run's end or a stop: not learnt from
@@ -371,8 +347,7 @@ def main(argv=None):
         writer.add_scalar("losses/td_loss", loss.item(), global_step)
         writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
 
-        progress.show(global_step, updates, {"charts/epsilon": epsilon})  # PLUMBING: progress and checkpoints, once a rollout
-        checkpoints.save_every(global_step)
+        checkpoints.save_every(global_step)  # PLUMBING: once a rollout, after its update
     games.envs.close()
     return end_run(q_network, args, run_dir, writer, device, checkpoints, global_step)
 
