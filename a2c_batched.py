@@ -59,6 +59,15 @@ def parse_args(argv=None):
     )
     p.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=True, help="use the GPU when there is one")
     p.add_argument(
+        "--track",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="mirror the TensorBoard logs, the flags and this script's code to a Weights & Biases run (needs wandb; "
+        "WANDB_MODE=offline keeps it on disk, for `wandb sync`)",
+    )
+    p.add_argument("--wandb-project-name", default="cleanRL", help="with --track, the W&B project")
+    p.add_argument("--wandb-entity", default=None, help="with --track, the W&B team or user (default: your own)")
+    p.add_argument(
         "--save-model",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -68,7 +77,8 @@ def parse_args(argv=None):
         "--capture-video",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="record the evaluation games as mp4 under videos/ (needs imageio and imageio-ffmpeg)",
+        help="with --save-model or --eval-model, record the evaluation games as mp4 under videos/: the game's screen "
+        "in colour, and beside it the agent's 84x84 view (needs imageio, imageio-ffmpeg)",
     )
     p.add_argument(
         "--save-every",
@@ -226,6 +236,8 @@ def main(argv=None):
     args = parse_args(argv)
     exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
     run_dir = new_run_dir(f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}")
+    if args.track:  # PLUMBING: a Weights & Biases run mirrors TensorBoard: it starts before the writer
+        start_wandb(args, run_dir)
     writer = SummaryWriter(run_dir)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
 
@@ -345,6 +357,11 @@ def check_args(p, args):
             import imageio_ffmpeg  # noqa: F401
         except ImportError:
             p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
+    if args.track:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            p.error("argument --track: needs wandb: pip install wandb")
     envs = make_env(args.env_id, 1, 0)
     envs.close()
     if not isinstance(envs.single_action_space, Discrete):
@@ -360,6 +377,32 @@ def new_run_dir(run_name):
         run_dir = os.path.join("runs", f"{run_name}_{n}")
     os.makedirs(run_dir)
     return run_dir
+
+
+def start_wandb(args, run_dir):
+    """--track: a Weights & Biases run as CleanRL's scripts start it. It mirrors the TensorBoard scalars
+    (so it must start before the writer opens), with the flags as its config, the run directory's name
+    as its name and this script's code; WANDB_MODE=offline keeps it on disk for `wandb sync`."""
+    import wandb
+
+    wandb.tensorboard.patch(root_logdir=run_dir)  # told, not guessed: wandb would wait 10 s to guess it
+    wandb.init(
+        project=args.wandb_project_name,
+        entity=args.wandb_entity,
+        sync_tensorboard=True,
+        config=vars(args),
+        name=os.path.basename(run_dir),
+        save_code=True,
+    )
+
+
+def close_logs(writer, args):
+    """TensorBoard's events flushed and closed, then the W&B run of --track, which takes the last ones as it ends."""
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
 
 
 def time_left(steps_left, steps_per_second):
@@ -441,7 +484,7 @@ def end_run(network, args, run_dir, writer, device, checkpoints, global_step):
         print(f"model saved to {checkpoints.path} (watch it: python {SCRIPT} --eval-model {checkpoints.path})", flush=True)
     if args.save_model and not stop_signals:
         evaluate_and_log(network, args, run_dir, writer, device)
-    writer.close()
+    close_logs(writer, args)
     if stop_signals:
         sys.exit(128 + stop_signals[0])  # 130 after Ctrl-C, 143 after kill: what a shell reports for them
     return run_dir
@@ -475,7 +518,7 @@ def watch_saved_model(network_class, args, run_dir, writer, device):
     network.load_state_dict(model["state_dict"])
     print(f"{run_dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
     evaluate_and_log(network, args, run_dir, writer, device)
-    writer.close()
+    close_logs(writer, args)
     return run_dir
 
 
@@ -491,6 +534,13 @@ def evaluate_and_log(network, args, run_dir, writer, device):
     returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
     for i, episodic_return in enumerate(returns):
         writer.add_scalar("eval/episodic_return", episodic_return, i)
+    if video_dir and args.track:  # the videos of the screen into the W&B run too, each with its game's score
+        import wandb
+
+        videos = [
+            wandb.Video(os.path.join(video_dir, f"eval_game_{i}.mp4"), caption=f"return {r:g}") for i, r in enumerate(returns)
+        ]
+        wandb.log({f"videos/eval_game_{i}": video for i, video in enumerate(videos)})
     print(
         f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
         f"(scores {', '.join(f'{r:g}' for r in returns)})",
@@ -500,8 +550,8 @@ def evaluate_and_log(network, args, run_dir, writer, device):
 
 def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     """Play whole games with the policy (a random action with probability epsilon); return their real scores."""
-    games, rng = AtariGames(env_id, 1, seed), np.random.default_rng(seed)
-    returns, video = [], []
+    games, rng = evaluation_games(env_id, seed, video_dir), np.random.default_rng(seed)
+    returns = []
     while len(returns) < episodes:
         actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
         if games.agent_acts[0] and rng.random() < epsilon:
@@ -511,18 +561,83 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
                 actions = Categorical(logits=agent(torch.from_numpy(games.obs).to(device))[0]).sample().cpu().numpy()
         games.send(actions)
         _, _, finished = games.recv()
-        if video_dir is not None:
-            video.append(games.obs[0, -1])
-        for score, _ in finished:
-            if video:  # frames are kept only for --capture-video
-                import imageio
-
-                big = [np.kron(frame, np.ones((4, 4), dtype=np.uint8)) for frame in video]  # 84x84 -> 336x336
-                imageio.mimwrite(os.path.join(video_dir, f"eval_game_{len(returns)}.mp4"), big, fps=15)
-            returns.append(score)
-            video = []
+        returns += [score for score, _ in finished]
     games.envs.close()
     return returns
+
+
+def evaluation_games(env_id, seed, video_dir):
+    """One game at a time, set up as in training; with --capture-video (a video_dir), filmed as it is played."""
+    games = AtariGames(env_id, 1, seed)
+    if video_dir is not None:
+        games.envs = VideoRecorder(games.envs, env_id, seed, video_dir, games.obs[0, -1])
+    return games
+
+
+class VideoRecorder:
+    """--capture-video: stands in for the evaluation's emulator and films its games. Beside it runs a
+    second emulator, with make_env's game, seed and settings but the real screen (210x160, in colour,
+    the frame itself rather than a max over two), given the same actions. AtariVectorEnv is
+    deterministic given its seed without sticky actions, so both play the same game, which every step
+    checks. Each game, as it ends, is videos/eval_game_N.mp4 (the screen) and eval_game_N_agent.mp4
+    (the agent's 84x84 view, 4x), at 15 frames a second: the emulator's 60, one in four (frame skip)."""
+
+    def __init__(self, envs, env_id, seed, video_dir, first_view):
+        self.envs, self.video_dir, self.games, self.writers = envs, video_dir, 0, None
+        self.screen = AtariVectorEnv(
+            rom_name(env_id),
+            1,
+            noop_max=30,
+            frameskip=4,
+            maxpool=False,
+            use_fire_reset=False,
+            stack_num=1,
+            img_height=210,
+            img_width=160,
+            grayscale=False,
+            repeat_action_probability=0.0,
+            max_num_frames_per_episode=108_000,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
+        )
+        self.record(self.screen.reset(seed=seed)[0][0, -1], first_view)
+
+    def record(self, screen, view):
+        if self.writers is None:  # a game's first frame; frames go to ffmpeg as they come, none kept
+            import imageio
+
+            names = [f"eval_game_{self.games}.mp4", f"eval_game_{self.games}_agent.mp4"]
+            # macro_block_size=1: the screen's own 210x160, not resized to multiples of 16
+            self.writers = [imageio.get_writer(os.path.join(self.video_dir, n), fps=15, macro_block_size=1) for n in names]
+        self.writers[0].append_data(screen)
+        self.writers[1].append_data(np.kron(view, np.ones((4, 4), dtype=np.uint8)))  # 84x84 -> 336x336
+
+    def send(self, actions):
+        self.envs.send(actions)
+        self.screen.send(actions)
+
+    def recv(self):
+        step = frames, rewards, terminations, truncations, infos = self.envs.recv()
+        screens, screen_rewards, screen_terminations, screen_truncations, screen_infos = self.screen.recv()
+        same = [
+            np.array_equal(rewards, screen_rewards),
+            np.array_equal(terminations, screen_terminations),
+            np.array_equal(truncations, screen_truncations),
+            *(np.array_equal(infos[key], screen_infos[key]) for key in ("lives", "episode_frame_number")),
+        ]
+        if not all(same):
+            raise RuntimeError(f"--capture-video: the filmed game is not the scored one (game {self.games})")
+        self.record(screens[0, -1], frames[0, -1])
+        if terminations[0] or truncations[0]:
+            for writer in self.writers:
+                writer.close()
+            self.games, self.writers = self.games + 1, None
+        return step
+
+    def close(self):
+        self.envs.close()
+        self.screen.close()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 Runs of any of the six scripts can be compared, from their run directories (TensorBoard events)
 or from the CSVs sweep.py and --export write; a run found both ways counts once. Runs whose
 hyperparameters differ only by --seed (or by flags that change nothing learnt: saving, watching,
-video) form one row: their return is shown as mean ± std over the seeds (each seed's value is the
+video, W&B) form one row: their return is shown as mean ± std over the seeds (each seed's value is the
 mean of its last --last games). The implementation column names the flags in which rows of one
 script differ. --reach SCORE adds the steps (with the DQN scripts' gradient updates) and the
 wall-clock minutes until the mean of the last --last games first reaches SCORE. The plot (needs
@@ -32,6 +32,7 @@ SHOWN = ("exp_name", "seed", "env_id", "total_timesteps", "envs_count", "workers
 # flags that change nothing a run learns (saving, watching): runs that differ only in these, or
 # that ran before such a flag existed, are one setting
 PLUMBING = ("seed", "save_model", "save_every", "eval_model", "eval_episodes", "eval_epsilon", "capture_video")
+PLUMBING += ("track", "wandb_project_name", "wandb_entity")  # where the logs are mirrored
 
 
 def find_runs(paths):

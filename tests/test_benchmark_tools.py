@@ -371,6 +371,7 @@ def test_compare_pools_runs_that_differ_only_in_saving_flags(tmp_path):
     hand_made(tmp_path, "a1", games, seed=1)  # from before --save-every existed
     hand_made(tmp_path, "a2", games, seed=2, save_every=100000, save_model=True, eval_episodes=10)
     hand_made(tmp_path, "a3", games, seed=3, save_every=50000, capture_video=False)
+    hand_made(tmp_path, "a4", games, seed=4, save_every=50000, track=True, wandb_project_name="cleanRL", wandb_entity=None)
     hand_made(tmp_path, "b1", games, seed=1, save_every=100000, learning_rate=0.001)  # another setting
     proc = run_tool("compare.py", tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -378,7 +379,7 @@ def test_compare_pools_runs_that_differ_only_in_saving_flags(tmp_path):
         row[0]: row for row in ([cell.strip() for cell in line.split("|")[1:-1]] for line in proc.stdout.splitlines()[2:])
     }
     assert sorted(cells) == ["dqn_atari", "dqn_atari --learning-rate 0.001"]  # no saving flag in a label
-    assert cells["dqn_atari"][3] == "3" and cells["dqn_atari --learning-rate 0.001"][3] == "1"
+    assert cells["dqn_atari"][3] == "4" and cells["dqn_atari --learning-rate 0.001"][3] == "1"
 
 
 def test_compare_pools_runs_that_passed_their_total_by_a_few_steps(tmp_path):

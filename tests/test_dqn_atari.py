@@ -308,16 +308,17 @@ def test_capture_video_writes_the_evaluation_games(tmp_path):
             "--save-model",
             "--capture-video",
             "--eval-episodes",
-            "2",
+            "1",
         ],
         tmp_path,
     )
     videos = sorted(os.listdir(os.path.join(run_dir, "videos")))
-    assert videos == ["eval_game_0.mp4", "eval_game_1.mp4"]
+    assert videos == ["eval_game_0.mp4", "eval_game_0_agent.mp4"]  # the screen, and the agent's view beside it
     import imageio.v3 as iio
 
-    frames = iio.imread(os.path.join(run_dir, "videos", videos[0]))
-    assert frames.shape[1:3] == (336, 336) and len(frames) > 50 and frames.max() > 0
+    screen, view = (iio.imread(os.path.join(run_dir, "videos", video)) for video in videos)
+    assert screen.shape[1:] == (210, 160, 3) and view.shape[1:] == (336, 336, 3)
+    assert len(screen) == len(view) > 50 and screen.max() > 0
 
 
 # Run a script as on a system with no /proc/meminfo and no os.sysconf (Windows; macOS lacks SC_AVPHYS_PAGES).

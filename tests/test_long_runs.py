@@ -262,6 +262,10 @@ def test_the_shared_code_is_the_same_in_every_script():
         "model_error",
         "watch_saved_model",
         "evaluate_and_log",
+        "start_wandb",
+        "close_logs",
+        "evaluation_games",
+        "VideoRecorder",
     ]:
         sources = {script: inspect.getsource(getattr(module(script), name)) for script in SCRIPTS}
         assert len(set(sources.values())) == 1, name
