@@ -1,0 +1,267 @@
+"""The GPU path of all six training scripts, checked in one call, with their speed on GPU and CPU.
+
+    python benchmark/gpu_check.py                      # on a machine with CUDA: a few minutes
+    python benchmark/gpu_check.py --cpu-only --quick   # anywhere: the same checks on the CPU, tiny runs (the suite's)
+
+For each script, as a user runs it (a subprocess, in a scratch directory that is deleted after):
+(1) a short training run on the GPU with --save-model, which ends with one evaluation game;
+(2) --eval-model on the model it saved, on the GPU; (3) both runs' TensorBoard events: the
+script's loss tags, charts/episodic_return and eval/episodic_return are there, every loss value is
+finite, and each run says it ran on the GPU; (4) the same training on the CPU (--no-cuda; with
+--cpu-only, run (1) stands for it). It prints
+each script's learning-phase steps/s on the GPU, on the CPU and their ratio, then dqn_atari_mp.py's
+on the GPU at --workers-count 1, 2, 4 and 8: how many actors a GPU learner keeps up with, where
+cores and a GPU are plenty. Exit status 0 when every check passes, 1 with the failures listed, 2
+when there is no CUDA device and no --cpu-only (which puts the CPU in the GPU's place).
+
+The learning phase: the DQN scripts learn after --learning-starts steps, the others from their first
+rollout. Its steps/s come from TensorBoard's wall times: the steps from a run's first loss event (the
+scripts log their losses at every update of A2C, PPO and PQN, at every 100th of the DQN scripts) to
+its last loss or charts/SPS event (one every 5 s and one at the end), over the seconds between the
+two. Start-up, the warm-up and the first updates, with CUDA's own warm-up, are left out.
+
+Thread counts are set, not inherited from the caller's environment: each run's OMP_NUM_THREADS is
+the cores that its actor processes leave (dqn_atari_mp.py's workers take one each and set their own
+single thread; the other scripts get every core, torch's default). The count is the same on GPU and
+CPU, so that the ratio compares the devices alone: on the CPU the learner needs those threads, on
+the GPU they have little to do (the network and the batches live there). --threads sets another.
+"""
+
+import argparse
+import datetime
+import glob
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
+
+# A few thousand steps each: DQN learns for 4,000 steps (1,000 updates, 10 loss events) after 2,000
+# of warm-up, with epsilon at its end value from step 600, so every step also runs the network to act.
+DQN = ["--total-timesteps", "6000", "--learning-starts", "2000", "--buffer-size", "20000"]
+PG = ["--total-timesteps", "4096", "--rollout-length", "64"]  # PPO, PQN: 8 envs, 8 rollouts of 512 steps
+FLAGS = {
+    "dqn_atari.py": DQN,
+    "dqn_atari_vec.py": DQN + ["--envs-count", "8"],
+    "dqn_atari_mp.py": DQN + ["--workers-count", "2"],
+    "a2c_batched.py": ["--total-timesteps", "4096"],  # 16 envs x 10 steps: 25 updates
+    "ppo_atari.py": PG,
+    "pqn_atari.py": PG,
+}
+# --quick: the least that passes every check, so that the suite can take every path. The DQN scripts
+# need 110 updates (a loss event at the 100th, then more steps to time), cheap at batch 4 and with
+# random actions; the others a few rollouts of one game. Long enough for a game to end in training.
+DQN_QUICK = ["--total-timesteps", "472", "--learning-starts", "32", "--buffer-size", "1000", "--batch-size", "4"]
+DQN_QUICK += ["--end-e", "1.0"]
+PG_QUICK = ["--total-timesteps", "400", "--envs-count", "1", "--rollout-length", "128"]
+PG_QUICK += ["--num-minibatches", "2", "--update-epochs", "1"]
+QUICK_FLAGS = {
+    "dqn_atari.py": DQN_QUICK,
+    "dqn_atari_vec.py": DQN_QUICK + ["--envs-count", "2"],
+    "dqn_atari_mp.py": DQN_QUICK + ["--workers-count", "2"],
+    "a2c_batched.py": ["--total-timesteps", "400", "--envs-count", "1", "--rollout-length", "20"],
+    "ppo_atari.py": PG_QUICK,
+    "pqn_atari.py": PG_QUICK,
+}
+DQN_LOSSES = ["losses/td_loss", "losses/q_values"]
+LOSSES = {  # the tags that must be logged and finite
+    "dqn_atari.py": DQN_LOSSES,
+    "dqn_atari_vec.py": DQN_LOSSES,
+    "dqn_atari_mp.py": DQN_LOSSES,
+    "a2c_batched.py": ["losses/actor_loss", "losses/critic_loss", "losses/entropy"],
+    # not losses/explained_variance: NaN, rightly, where a rollout's returns do not vary
+    "ppo_atari.py": ["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac"],
+    "pqn_atari.py": ["losses/td_loss", "losses/q_values"],
+}
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def flag_value(flags, name, default):
+    """The value of a flag in a command line: the last one given, as argparse reads it."""
+    values = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == name]
+    return int(values[-1]) if values else default
+
+
+def cuda_flag(device):
+    return "--no-cuda" if device == "cpu" else "--cuda"
+
+
+def set_flag(flags, name, value):
+    """flags with name's value set to value: replaced where given, else added."""
+    i = flags.index(name) if name in flags else len(flags)
+    return flags[:i] + [name, str(value)] + flags[i + 2 :]
+
+
+def run(script, flags, scratch, args):
+    """Run a script as a user does, in a directory of its own; its output and its run directory."""
+    command = [script, *flags, *args.extra]
+    workers = flag_value(command, "--workers-count", 0) if script == "dqn_atari_mp.py" else 0
+    threads = str(args.threads or max(1, os.cpu_count() - workers))
+    print(f"  python {shlex.join(command)}  (OMP_NUM_THREADS={threads})", end="", flush=True)
+    cwd, start = tempfile.mkdtemp(dir=scratch), time.time()
+    try:
+        proc = subprocess.run(
+            [sys.executable, os.path.join(ROOT, script), *command[1:]],
+            cwd=cwd,
+            env=dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads),
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+        )
+    except subprocess.TimeoutExpired:
+        print(flush=True)
+        raise CheckFailed(f"python {shlex.join(command)} ran past --timeout {args.timeout:g} s") from None
+    print(f": {time.time() - start:.0f} s", flush=True)
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        raise CheckFailed(f"python {shlex.join(command)} exited {proc.returncode}: {tail}")
+    return proc.stdout, os.path.join(cwd, "runs", os.listdir(os.path.join(cwd, "runs"))[0])
+
+
+def scalars(run_dir):
+    """{tag: [events (wall_time, step, value)]} of a run directory."""
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})  # 0: every event, not a sample
+    events.Reload()
+    return {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
+
+
+def check_run(stdout, logged, device, tags, finite):
+    # the scripts' first line: 'runs/NAME: ... steps on cuda' (training), '... by MODEL on cuda' (--eval-model)
+    if not any(line.startswith("runs") and line.endswith(f" on {device}") for line in stdout.splitlines()):
+        raise CheckFailed(f"the run did not say it ran on {device}: {stdout.splitlines()[:1]}")
+    missing = [tag for tag in tags if tag not in logged]
+    if missing:
+        raise CheckFailed(f"not logged: {', '.join(missing)} (logged: {', '.join(sorted(logged))})")
+    not_finite = [tag for tag in finite if not np.isfinite([e.value for e in logged[tag]]).all()]
+    if not_finite:
+        raise CheckFailed(f"not finite: {', '.join(not_finite)}")
+
+
+def learning_phase_rate(logged, losses):
+    """Steps/s of the learning phase: from the first loss event to the last loss or charts/SPS event."""
+    first = min((e for tag in losses for e in logged.get(tag, [])), key=lambda e: e.wall_time, default=None)
+    last = max((e for tag in losses + ["charts/SPS"] for e in logged.get(tag, [])), key=lambda e: e.wall_time, default=None)
+    if first is None or last.step <= first.step or last.wall_time <= first.wall_time:
+        raise CheckFailed("no learning-phase events after the first loss event: the run needs more steps")
+    return (last.step - first.step) / (last.wall_time - first.wall_time)
+
+
+def check_script(script, flags, device, scratch, args):
+    """Steps (1) to (4) of the docstring for one script; its learning-phase steps/s on the GPU and on the CPU."""
+    losses = LOSSES[script]
+    on_device = cuda_flag(device)
+    stdout, run_dir = run(script, [on_device, *flags, "--save-model", "--eval-episodes", "1"], scratch, args)
+    logged = scalars(run_dir)
+    check_run(stdout, logged, device, losses + ["charts/episodic_return", "eval/episodic_return"], losses)
+    models = glob.glob(os.path.join(run_dir, "*.pt"))
+    if len(models) != 1:
+        raise CheckFailed(f"--save-model left {len(models)} models in its run directory, not one")
+    stdout, eval_dir = run(script, [on_device, "--eval-model", models[0], "--eval-episodes", "1"], scratch, args)
+    check_run(stdout, scalars(eval_dir), device, ["eval/episodic_return"], ["eval/episodic_return"])
+    if device == "cpu":  # --cpu-only: the run above is the CPU's too
+        return (learning_phase_rate(logged, losses),) * 2
+    _, cpu_dir = run(script, ["--no-cuda", *flags], scratch, args)  # no model: only its speed is wanted
+    return learning_phase_rate(logged, losses), learning_phase_rate(scalars(cpu_dir), losses)
+
+
+def workers_rates(flags, device, scratch, args, checked_rate):
+    """dqn_atari_mp.py's learning-phase steps/s on the GPU at each of --workers-counts; failures."""
+    rates, failures = {}, []
+    for workers in args.workers_counts:
+        if workers == flag_value(flags + args.extra, "--workers-count", 2) and checked_rate is not None:
+            rates[workers] = checked_rate  # the check's own run, above
+            continue
+        try:
+            _, run_dir = run(
+                "dqn_atari_mp.py", [cuda_flag(device), *set_flag(flags, "--workers-count", workers)], scratch, args
+            )
+            rates[workers] = learning_phase_rate(scalars(run_dir), DQN_LOSSES)
+        except CheckFailed as failure:
+            failures.append(f"dqn_atari_mp.py --workers-count {workers}: {failure}")
+    return rates, failures
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cpu-only", action="store_true", help="run on the CPU what would run on the GPU (where there is no CUDA)")
+    p.add_argument("--quick", action="store_true", help="the smallest runs that pass every check; their rates mean little")
+    p.add_argument("--scripts", nargs="+", choices=SCRIPTS, default=SCRIPTS, metavar="SCRIPT", help="the scripts to check")
+    p.add_argument(
+        "--workers-counts",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4, 8],
+        metavar="N",
+        help="the --workers-count values of dqn_atari_mp.py whose learning phase is timed on the GPU",
+    )
+    p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every run (default: the cores its workers leave)")
+    p.add_argument(
+        "--extra",
+        type=shlex.split,
+        default=[],
+        help="flags added to every run of every script, e.g. --extra='--env-id PongNoFrameskip-v4'",
+    )
+    p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
+    args = p.parse_args()
+    if min(args.workers_counts) < 1 or (args.threads is not None and args.threads < 1):
+        p.error("--workers-counts and --threads take positive integers")
+    if not args.cpu_only and not torch.cuda.is_available():
+        message = f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) finds none"
+        p.exit(2, f"{message}; --cpu-only runs the same checks on the CPU\n")
+    device, gpu = ("cpu", "CPU as GPU") if args.cpu_only else ("cuda", "GPU")  # gpu: the GPU column's name
+    gpu_name = "none, --cpu-only: the CPU stands in" if args.cpu_only else torch.cuda.get_device_name()
+    machine = f"torch {torch.__version__} (CUDA {torch.version.cuda}) | GPU: {gpu_name} | {os.cpu_count()} CPU cores"
+    print(f"{datetime.datetime.now():%Y-%m-%d %H:%M} | {machine}", flush=True)
+    all_flags = QUICK_FLAGS if args.quick else FLAGS
+    rates, mp_rates, failures = {}, {}, []
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as scratch:
+        for script in args.scripts:
+            print(f"{script}:", flush=True)
+            try:
+                rates[script] = check_script(script, all_flags[script], device, scratch, args)
+            except CheckFailed as failure:
+                failures.append(f"{script}: {failure}")
+        if "dqn_atari_mp.py" in args.scripts:
+            print(f"dqn_atari_mp.py on the {gpu} at --workers-count {' '.join(map(str, args.workers_counts))}:", flush=True)
+            checked_rate = rates.get("dqn_atari_mp.py", (None, None))[0]
+            mp_rates, mp_failures = workers_rates(all_flags["dqn_atari_mp.py"], device, scratch, args, checked_rate)
+            failures += mp_failures
+
+    quick = " (--quick: tiny runs, the rates mean little)" if args.quick else ""
+    print(f"\nLearning phase, steps/s{quick}\n\n| script | {gpu} | CPU | {gpu} / CPU |\n|---|---:|---:|---:|")
+    for script in args.scripts:
+        if script in rates:
+            on_gpu, on_cpu = rates[script]
+            print(f"| {script} | {on_gpu:,.0f} | {on_cpu:,.0f} | {on_gpu / on_cpu:.2f} |")
+        else:
+            print(f"| {script} | failed | | |")
+    if "dqn_atari_mp.py" in args.scripts:
+        untimed = [n for n in (1, 2, 4, 8) if n not in args.workers_counts]
+        note = f"; not timed: --workers-count {', '.join(map(str, untimed))}" if untimed else ""
+        first = args.workers_counts[0]
+        print(f"\ndqn_atari_mp.py, learning phase on the {gpu}, steps/s{quick}{note}\n")
+        print(f"| --workers-count | steps/s | against {first} |\n|---:|---:|---:|")
+        for workers in args.workers_counts:
+            rate, base = mp_rates.get(workers), mp_rates.get(first)
+            ratio = f"{rate / base:.2f}" if rate and base else ""
+            print(f"| {workers} | {f'{rate:,.0f}' if rate else 'failed'} | {ratio} |")
+    if failures:
+        print(f"\nFAILED, {len(failures)} check(s):\n" + "\n".join(f"- {failure}" for failure in failures))
+        return 1
+    print("\nAll checks passed.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

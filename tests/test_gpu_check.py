@@ -1,0 +1,80 @@
+"""benchmark/gpu_check.py, CPU only, so that the GPU check cannot rot.
+
+Every run pays torch's start-up, so the suite runs the whole check, with its table of worker
+counts, on dqn_atari_mp.py alone (3 runs), and checks in-process that every script takes the
+check's flags and logs the tags it looks for.
+"""
+
+import glob
+import importlib
+import inspect
+import os
+import re
+import subprocess
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import gpu_check as gpu_check_module  # noqa: E402
+
+SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
+
+
+def gpu_check(args, tmp_path, env=None):
+    """Run the check as a user would, its scratch directories under tmp_path/tmp: (exit status, output)."""
+    os.makedirs(tmp_path / "tmp")
+    env = dict(os.environ if env is None else env, TMPDIR=str(tmp_path / "tmp"))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmark", "gpu_check.py"), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+    )
+    print(proc.stdout)  # pytest shows it where a test fails, and with -rA
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_every_script_takes_the_flags_and_logs_the_tags_of_the_check():
+    for script in SCRIPTS:
+        module = importlib.import_module(script[: -len(".py")])
+        for flags in (gpu_check_module.FLAGS[script], gpu_check_module.QUICK_FLAGS[script]):
+            module.parse_args([*flags, "--save-model", "--eval-episodes", "1", "--no-cuda"])
+        source = inspect.getsource(module)
+        for tag in gpu_check_module.LOSSES[script] + ["charts/episodic_return", "eval/episodic_return"]:
+            assert f'"{tag}"' in source, (script, tag)
+
+
+def test_the_whole_check_passes_on_the_cpu(tmp_path):
+    # One torch thread: the runs are tiny, and on a busy machine more threads only wait for each other.
+    args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari_mp.py", "--workers-counts", "1", "2"]
+    status, out, err = gpu_check(args, tmp_path)
+    assert status == 0, out[-3000:] + err[-3000:]
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d \| torch \S+ .*\| GPU: none, --cpu-only.* \| \d+ CPU cores\n", out), out[:300]
+    assert "| script | CPU as GPU | CPU | CPU as GPU / CPU |" in out
+    for script in ["dqn_atari_mp.py"]:  # a row of numbers: steps/s on both, their ratio
+        assert re.search(rf"^\| {re.escape(script)} \| [\d,]+ \| [\d,]+ \| \d+\.\d\d \|$", out, re.M), (script, out[-2000:])
+    assert "not timed: --workers-count 4, 8" in out
+    assert re.search(r"^\| 1 \| [\d,]+ \| 1\.00 \|$", out, re.M) and re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\d \|$", out, re.M)
+    assert out.rstrip().endswith("All checks passed.")
+    # every run's files are removed (torch keeps a cache of its own in the temporary directory)
+    assert not glob.glob(str(tmp_path / "tmp" / "gpu_check_*")) and not os.path.exists(tmp_path / "runs")
+
+
+def test_a_failed_check_is_reported(tmp_path):
+    # 40 steps: too few for a DQN update to be logged, or a game to end
+    args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari.py", "--extra=--total-timesteps 40"]
+    status, out, err = gpu_check(args, tmp_path)
+    assert status == 1, out[-3000:] + err[-3000:]
+    failure = re.search(r"^FAILED, 1 check\(s\):\n- dqn_atari.py: not logged: (.*)$", out, re.M)
+    assert failure and failure.group(1).startswith("losses/td_loss, losses/q_values, charts/episodic_return"), out[-2000:]
+    assert re.search(r"^\| dqn_atari.py \| failed \| \| \|$", out, re.M)
+
+
+def test_without_cuda_it_stops_at_once(tmp_path):
+    status, out, err = gpu_check([], tmp_path, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert status == 2 and out == ""
+    assert err.startswith("no CUDA device: ") and "--cpu-only" in err, err
