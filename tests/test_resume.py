@@ -1,4 +1,4 @@
-"""--resume, in dqn_atari.py for now: a run killed with SIGKILL goes on from its last checkpoint, with
+"""--resume, in the DQN scripts for now: a run killed with SIGKILL goes on from its last checkpoint, with
 everything as it was saved, to its total; bad input is refused and the directory left as it was.
 
 Real processes on real Breakout (all started together: most of their time is spent starting), and
@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import ROOT, read_scalars
 
-SCRIPTS = ["dqn_atari.py"]
+SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"]
 DQN_TINY = ["--learning-starts", "50", "--buffer-size", "200", "--batch-size", "8", "--learn-steps-period", "4"]
 TINY = {  # a few hundred steps, a checkpoint every 100
     "dqn_atari.py": DQN_TINY,
@@ -117,6 +117,7 @@ DQN_ON_CATCH = ["--learning-starts", "50", "--buffer-size", "200", "--batch-size
 DQN_ON_CATCH += ["--start-e", "1", "--end-e", "1"]
 IN_PROCESS = {
     "dqn_atari.py": DQN_ON_CATCH,
+    "dqn_atari_vec.py": DQN_ON_CATCH + ["--envs-count", "2"],
 }
 
 
@@ -366,8 +367,8 @@ def add_rows(script, replay, rng, rows):
 
 @pytest.mark.parametrize(
     "script, buffer_size, envs",
-    [("dqn_atari.py", 300, 1)],
-    ids=["dqn"],
+    [("dqn_atari.py", 300, 1), ("dqn_atari_vec.py", 300, 3), ("dqn_atari_mp.py", 1000, 2), ("dqn_atari_mp.py", 40, 2)],
+    ids=["dqn", "vec", "mp", "mp-tiny-ring"],
 )
 def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_size, envs, tmp_path):
     """The ring as it was at a checkpoint, rebuilt from the files the checkpoint names, though the run
