@@ -1,4 +1,4 @@
-"""--resume, in the DQN scripts for now: a run killed with SIGKILL goes on from its last checkpoint, with
+"""--resume, in all six scripts: a run killed with SIGKILL goes on from its last checkpoint, with
 everything as it was saved, to its total; bad input is refused and the directory left as it was.
 
 Real processes on real Breakout (all started together: most of their time is spent starting), and
@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import ROOT, read_scalars
 
-SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"]
+SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 DQN_TINY = ["--learning-starts", "50", "--buffer-size", "200", "--batch-size", "8", "--learn-steps-period", "4"]
 TINY = {  # a few hundred steps, a checkpoint every 100
     "dqn_atari.py": DQN_TINY,
@@ -118,6 +118,9 @@ DQN_ON_CATCH += ["--start-e", "1", "--end-e", "1"]
 IN_PROCESS = {
     "dqn_atari.py": DQN_ON_CATCH,
     "dqn_atari_vec.py": DQN_ON_CATCH + ["--envs-count", "2"],
+    "a2c_batched.py": TINY["a2c_batched.py"],
+    "ppo_atari.py": TINY["ppo_atari.py"],
+    "pqn_atari.py": TINY["pqn_atari.py"],
 }
 
 
