@@ -399,7 +399,7 @@ def main(argv=None):
 
 # ================================================================ PLUMBING
 # A first reading may stop here: below are the checks of the flags, progress and time left,
-# checkpoints and stop signals, and the evaluation of a saved model.
+# checkpoints, --resume and stop signals, and the evaluation of a saved model.
 
 
 def number_type(name, kind, is_allowed, allowed):
@@ -610,7 +610,10 @@ def plain(data):
 
 def sync_dir(path):
     """The directory's entries (a rename, a new file) on disk too."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows opens no directory: there, the rename is as durable as the system makes it
+        return
     try:
         os.fsync(fd)
     finally:
@@ -647,27 +650,28 @@ class Checkpoints:
             "state_dict": self.network.state_dict(),
         }
         numpy_state = np.random.get_state()
-        checkpoint = {
-            **model,  # a model too: --eval-model plays it
-            "args": vars(self.args),  # the run's own flags, for --resume
-            "global_step": step,
-            "updates": updates,
-            "finished": finished,
-            "resumable": True,
-            "optimizer": self.optimizer.state_dict(),
-            "target_network": None if self.target_network is None else self.target_network.state_dict(),
-            "generator": None if self.rng is None else self.rng.bit_generator.state,
-            "numpy_random": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
-            "torch_random": torch.get_rng_state(),
-            "cuda_random": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "python_random": random.getstate(),
-            "returns": [float(score) for score in self.progress.returns],
-            "replay": None if self.replay is None else self.replay.save(),  # the names of its files, written as it fills
-            "files": [] if self.replay is None else self.replay.files(),  # (path, size): checked before a resume starts
-        }
-        if finished and not self.args.keep_checkpoint:  # the run's end: only what tells a resume that it has finished
-            checkpoint = {key: checkpoint[key] for key in ("script", "env_id", "args", "global_step", "updates", "finished")}
-            checkpoint |= {"resumable": False, "files": [], "replay": None}
+        if finished and not self.args.keep_checkpoint:  # the run's end: only what tells --resume that it has finished
+            checkpoint = {"script": SCRIPT, "args": vars(self.args), "global_step": step, "updates": updates}
+            checkpoint |= {"finished": True, "resumable": False, "replay": None, "files": []}
+        else:
+            checkpoint = {
+                **model,  # a model too: --eval-model plays it
+                "args": vars(self.args),  # the run's own flags, for --resume
+                "global_step": step,
+                "updates": updates,
+                "finished": finished,
+                "resumable": True,
+                "optimizer": self.optimizer.state_dict(),
+                "target_network": None if self.target_network is None else self.target_network.state_dict(),
+                "generator": None if self.rng is None else self.rng.bit_generator.state,
+                "numpy_random": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
+                "torch_random": torch.get_rng_state(),
+                "cuda_random": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "python_random": random.getstate(),
+                "returns": [float(score) for score in self.progress.returns],
+                "replay": None if self.replay is None else self.replay.save(),  # the names of its files, written as it fills
+                "files": [] if self.replay is None else self.replay.files(),  # (path, size): checked before a resume starts
+            }
         save_atomically(plain(checkpoint), self.path)
         if self.replay is not None:
             self.replay.saved(checkpoint["replay"])

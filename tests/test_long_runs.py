@@ -167,6 +167,7 @@ def test_sigkill_leaves_the_last_complete_checkpoint(tmp_path):
     written = {"dqn_atari.pt", "dqn_atari.pt.tmp", "checkpoint.pt", "checkpoint.pt.tmp", "replay"}
     assert set(os.listdir(run_dir)) - written == set(glob.glob("events.*", root_dir=run_dir))
     loads_into_the_network("dqn_atari.py", os.path.join(run_dir, "dqn_atari.pt"))
+    assert dqn_atari.read_checkpoint(run_dir) is not None  # and --resume can go on from checkpoint.pt
 
 
 # ---------------------------------------------------------------- watching a saved agent

@@ -387,15 +387,16 @@ def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_s
     if files.writing is not None:  # the newest file, still being written when the run was killed
         files.writing.result()
     rebuilt = mod.ReplayMemory(buffer_size, envs)
-    mod.ReplayFiles(rebuilt, str(tmp_path)).load(state)
-    assert_equal([field for field in mod.ReplayFiles(rebuilt, "").fields()] + [rebuilt.pos, rebuilt.full], saved)
+    resumed = mod.ReplayFiles(rebuilt, str(tmp_path))
+    resumed.load(state)
+    assert_equal(list(resumed.fields()) + [rebuilt.pos, rebuilt.full], saved)
     named = {chunk[0] for chunk in (state["chunks"] if script != "dqn_atari_mp.py" else sum(state["chunks"], []))}
     assert {os.path.join("replay", name) for name in os.listdir(tmp_path / "replay")} == named  # the rest deleted
-    # a next checkpoint: the files only the last one named go, and the files hold no more than a ring and a file a column
-    files = mod.ReplayFiles(replay, str(tmp_path))
-    files.load(files.save() | {})  # (the running replay's own files, as a resumed run has them)
-    for _ in add_rows(script, replay, rng, 3 * replay.rows * envs):
-        files.keep_up()
-    files.saved(files.save())
+    # The resumed run goes on to its next checkpoint: the files only the last one named go, and what
+    # is left holds at most a ring and a file a column.
+    for _ in add_rows(script, rebuilt, rng, 3 * rebuilt.rows * envs):
+        resumed.keep_up()
+    resumed.saved(resumed.save())
+    resumed.thread.submit(int).result()  # the deletions, which the background thread does, done
     on_disk = sum(entry.stat().st_size for entry in os.scandir(tmp_path / "replay"))
-    assert on_disk <= (replay.rows + files.chunk_rows) * envs * (mod.REPLAY_BYTES_PER_TRANSITION + 1000)
+    assert on_disk <= (rebuilt.rows + resumed.chunk_rows) * envs * (mod.REPLAY_BYTES_PER_TRANSITION + 1000)
