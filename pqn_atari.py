@@ -30,7 +30,9 @@ import collections
 import os
 import random
 import re
+import shlex
 import signal
+import stat
 import sys
 import time
 import warnings
@@ -83,7 +85,18 @@ def parse_args(argv=None):
         "--save-every",
         type=positive_int,
         default=100_000,
-        help="with --save-model, also save the model every this many environment steps, over the last save",
+        help="write a checkpoint for --resume (and with --save-model the model) every this many environment steps",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="go on with the stopped or killed run in RUN_DIR from its last checkpoint, with its own flags",
+    )
+    p.add_argument(
+        "--keep-checkpoint",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="keep the last checkpoint whole at the run's end, so that --resume with a larger --total-timesteps can go on",
     )
     p.add_argument(
         "--eval-model",
@@ -108,6 +121,8 @@ def parse_args(argv=None):
     p.add_argument("--end-e", type=probability, default=0.01, help="epsilon at the end of the exploration")
     p.add_argument("--exploration-fraction", type=probability, default=0.10, help="share of the run over which epsilon falls")
     args = p.parse_args(argv)
+    if args.resume is not None:  # the run's own flags, from its checkpoint (plumbing, below main)
+        args = resumed_args(p, argv, args.resume)
     check_args(p, args)  # what a flag's type cannot check alone (plumbing, below main)
     return args
 
@@ -274,12 +289,7 @@ def q_lambda_returns(rewards, values, dones, agent_acted, next_values, gamma, q_
 # ---------------------------------------------------------------- main
 def main(argv=None):
     args = parse_args(argv)
-    exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
-    run_dir = new_run_dir(f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}")
-    if args.track:  # PLUMBING: a Weights & Biases run mirrors TensorBoard: it starts before the writer
-        start_wandb(args, run_dir)
-    writer = SummaryWriter(run_dir)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    run_dir, writer, checkpoint = open_run(args)  # PLUMBING: a new run directory, or --resume's with its checkpoint
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -301,9 +311,9 @@ def main(argv=None):
     rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
     rollout_values, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
     rollout_agent_acted = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
-    global_step, updates = 0, 0
     progress = Progress(writer, args.total_timesteps)
-    checkpoints = Checkpoints(q_network, args, run_dir, actions_count)
+    checkpoints = Checkpoints(args, run_dir, actions_count, progress, q_network, optimizer, rng=rng)
+    global_step, updates = checkpoints.restore(checkpoint)  # 0, 0; with --resume the checkpoint's, and all above as saved
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
@@ -359,14 +369,14 @@ def main(argv=None):
         writer.add_scalar("losses/td_loss", loss.item(), global_step)
         writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
 
-        checkpoints.save_every(global_step)  # PLUMBING: once a rollout, after its update
+        checkpoints.save_every(global_step, updates)  # PLUMBING: once a rollout, after its update
     games.envs.close()
-    return end_run(q_network, args, run_dir, writer, device, checkpoints, global_step)
+    return end_run(q_network, args, run_dir, writer, device, checkpoints, global_step, updates)
 
 
 # ================================================================ PLUMBING
 # A first reading may stop here: below are the checks of the flags, progress and time left,
-# checkpoints and stop signals, and the evaluation of a saved model.
+# checkpoints, --resume and stop signals, and the evaluation of a saved model.
 
 
 def number_type(name, kind, is_allowed, allowed):
@@ -462,6 +472,27 @@ def close_logs(writer, args):
         wandb.finish()
 
 
+def open_run(args):
+    """The run's directory, its TensorBoard writer, and the checkpoint to go on from (None: a new run).
+    With --resume, TensorBoard goes on in the run's directory; purge_step hides what the killed run
+    logged after the checkpoint's step, so that no step is logged twice and the curves join. With
+    --track, the W&B run starts first: it mirrors the writer's events."""
+    if args.resume is None:
+        exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
+        run_dir = new_run_dir(f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}")
+        checkpoint, step = None, 0
+    else:
+        run_dir, checkpoint = args.resume, read_checkpoint(args.resume)
+        step = checkpoint["global_step"]
+    if args.track:
+        start_wandb(args, run_dir)
+    # what was logged at the checkpoint's step itself came before the save
+    writer = SummaryWriter(run_dir, purge_step=None if checkpoint is None else step + 1)
+    table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+    writer.add_text("hyperparameters", table, step)  # a resumed run's at its first step: the flags it changed show
+    return run_dir, writer, checkpoint
+
+
 def time_left(steps_left, steps_per_second):
     """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
     minutes = int(max(steps_left, 0) / steps_per_second) // 60
@@ -476,13 +507,14 @@ class Progress:
     def __init__(self, writer, total_timesteps, warm_up=None):
         self.writer, self.total, self.warm_up = writer, total_timesteps, warm_up
         self.start_time = self.last_print = time.time()
+        self.first_step = 0  # of this process: a resumed run's rate counts from its checkpoint
         self.recent_prints = collections.deque([(self.start_time, 0)], maxlen=13)  # (time, step) of the last minute
         self.returns = collections.deque(maxlen=100)
 
     def show(self, step, updates, charts=()):
         if time.time() - self.last_print > 5 or step >= self.total:
             self.last_print = time.time()
-            self.writer.add_scalar("charts/SPS", step / (self.last_print - self.start_time), step)
+            self.writer.add_scalar("charts/SPS", (step - self.first_step) / (self.last_print - self.start_time), step)
             for tag, value in dict(charts).items():
                 self.writer.add_scalar(tag, value, step)
             self.recent_prints.append((self.last_print, step))
@@ -497,53 +529,236 @@ class Progress:
             self.last_print = time.time()
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
 
+    def go_on_from(self, step, returns):
+        """--resume: steps/s from the checkpoint's step on, the mean return over the same last 100 games."""
+        self.first_step = step
+        self.recent_prints = collections.deque([(self.start_time, step)], maxlen=13)
+        self.returns.extend(returns)
+
 
 SCRIPT = os.path.basename(__file__)  # saved with the model: only this script's network loads it
-stop_signals = []  # Ctrl-C (SIGINT) or kill (SIGTERM) once run as a script: the main loop ends at its top
+# Ctrl-C (SIGINT), kill (SIGTERM) and a closed terminal (SIGHUP, not on Windows) once run as a script
+STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+stop_signals = []  # the ones received: the main loop ends at its top
 
 
 def on_stop_signal(signum, frame):
     stop_signals.append(signum)  # no exception: nothing is cut in half, and a second one while saving waits
+    if signum not in (signal.SIGINT, signal.SIGTERM):  # SIGHUP, a closed terminal: printing to it would fail (EIO)
+        for fd in (1, 2):
+            if stat.S_ISCHR(os.fstat(fd).st_mode) and not os.isatty(fd):  # a terminal that has hung up
+                os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+
+
+CHECKPOINT = "checkpoint.pt"
+# The flags a resumed run may change; any other given beside --resume is refused: the run keeps its own.
+CHANGEABLE = [
+    "total_timesteps",
+    "save_every",
+    "save_model",
+    "keep_checkpoint",
+    "cuda",
+    "capture_video",
+    "eval_episodes",
+    "eval_epsilon",
+]
+
+
+def save_atomically(data, path):
+    """torch.save into PATH.tmp, on disk (fsync), renamed over PATH: a kill at any moment, even of the
+    machine, leaves the old file or the new one, whole."""
+    with open(path + ".tmp", "wb") as f:  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
+        torch.save(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)  # atomic: the old file or the new one, nothing in between
+    sync_dir(os.path.dirname(path))
+
+
+def plain(data):
+    """data with numpy's numbers made python's (a step count, PPO's annealed learning rate): the
+    checkpoint then holds only what torch.load(weights_only=True) reads."""
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(plain(value) for value in data)
+    return data.item() if isinstance(data, np.generic) else data
+
+
+def sync_dir(path):
+    """The directory's entries (a rename, a new file) on disk too."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows opens no directory: there, the rename is as durable as the system makes it
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Checkpoints:
-    """With --save-model: the network saved into the run directory as NAME.pt each time the run
-    passes a multiple of --save-every steps, and at its end."""
+    """RUN_DIR/checkpoint.pt, all that --resume needs, written every --save-every steps, when the run
+    stops and at its end; with --save-model the network alone too, as NAME.pt (for --eval-model).
 
-    def __init__(self, network, args, run_dir, actions_count):
-        self.network, self.args, self.actions_count, self.saved_step = network, args, actions_count, 0
-        self.path = os.path.join(run_dir, f"{args.exp_name}.pt")
+    It holds the network and, where the script has them, the target network, the optimizer, numpy's
+    Generator; numpy's, torch's and python's global random streams; the step and update counts; the
+    last 100 games' scores; the flags (args, whole); and the names of the replay's files (ReplayFiles).
+    Only tensors, numbers, strings, lists and dicts: what torch.load(weights_only=True) reads."""
 
-    def save_every(self, step):
-        if self.args.save_model and step // self.args.save_every > self.saved_step // self.args.save_every:
-            self.save()
-            self.saved_step = step
+    def __init__(self, args, run_dir, actions_count, progress, network, optimizer, target_network=None, rng=None, replay=None):
+        self.args, self.run_dir, self.actions_count, self.progress = args, run_dir, actions_count, progress
+        self.network, self.optimizer, self.target_network = network, optimizer, target_network
+        self.rng, self.replay = rng, replay  # None where the script has none
+        self.path, self.model_path = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, f"{args.exp_name}.pt")
+        self.saved_step = 0
 
-    def save(self):
-        """Into a temporary file renamed over the model: a run killed at any moment leaves a whole model."""
-        # tensors, strings and plain ints only (not numpy's): what torch.load(weights_only=True) reads
+    def save_every(self, step, updates):
+        if self.replay is not None:
+            self.replay.keep_up()
+        if step // self.args.save_every > self.saved_step // self.args.save_every:
+            self.save(step, updates)
+
+    def save(self, step, updates, finished=False):
         model = {
             "script": SCRIPT,
             "env_id": self.args.env_id,
             "actions_count": int(self.actions_count),
             "state_dict": self.network.state_dict(),
         }
-        torch.save(model, self.path + ".tmp")  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
-        os.replace(self.path + ".tmp", self.path)  # atomic: the old model or the new one, nothing in between
+        numpy_state = np.random.get_state()
+        if finished and not self.args.keep_checkpoint:  # the run's end: only what tells --resume that it has finished
+            checkpoint = {"script": SCRIPT, "args": vars(self.args), "global_step": step, "updates": updates}
+            checkpoint |= {"finished": True, "resumable": False, "replay": None, "files": []}
+        else:
+            checkpoint = {
+                **model,  # a model too: --eval-model plays it
+                "args": vars(self.args),  # the run's own flags, for --resume
+                "global_step": step,
+                "updates": updates,
+                "finished": finished,
+                "resumable": True,
+                "optimizer": self.optimizer.state_dict(),
+                "target_network": None if self.target_network is None else self.target_network.state_dict(),
+                "generator": None if self.rng is None else self.rng.bit_generator.state,
+                "numpy_random": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
+                "torch_random": torch.get_rng_state(),
+                "cuda_random": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "python_random": random.getstate(),
+                "returns": [float(score) for score in self.progress.returns],
+                "replay": None if self.replay is None else self.replay.save(),  # the names of its files, written as it fills
+                "files": [] if self.replay is None else self.replay.files(),  # (path, size): checked before a resume starts
+            }
+        save_atomically(plain(checkpoint), self.path)
+        if self.replay is not None:
+            self.replay.saved(checkpoint["replay"])
+        if self.args.save_model:
+            save_atomically(model, self.model_path)
+        self.saved_step = step
+
+    def restore(self, checkpoint):
+        """--resume: everything as the checkpoint saved it, bit for bit; the step and update counts."""
+        if checkpoint is None:
+            return 0, 0
+        self.network.load_state_dict(checkpoint["state_dict"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        if self.target_network is not None:
+            self.target_network.load_state_dict(checkpoint["target_network"])
+        if self.rng is not None:
+            self.rng.bit_generator.state = checkpoint["generator"]
+        name, keys, *rest = checkpoint["numpy_random"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+        torch.set_rng_state(checkpoint["torch_random"])
+        if torch.cuda.is_available() and len(checkpoint["cuda_random"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
+        random.setstate(checkpoint["python_random"])
+        step, saved_args = checkpoint["global_step"], checkpoint["args"]
+        self.progress.go_on_from(step, checkpoint["returns"])
+        if self.replay is not None:
+            self.replay.load(checkpoint["replay"])
+        self.saved_step = step
+        changed = [
+            f"--{k.replace('_', '-')} {v} (was {saved_args[k]})"
+            for k, v in vars(self.args).items()
+            if k in CHANGEABLE and saved_args.get(k, v) != v
+        ]
+        print(f"{self.run_dir}: resumed at step {step:,}" + "".join(f", {c}" for c in changed), flush=True)
+        return step, checkpoint["updates"]
+
+    def finish(self, step, updates):
+        """The run's end: the last checkpoint, and with --keep-checkpoint all of it (the replay's files
+        too): --resume with a larger --total-timesteps can then go on. Without, the replay's files go."""
+        self.save(step, updates, finished=True)
+        if self.replay is not None and not self.args.keep_checkpoint:
+            self.replay.delete()
 
 
-def end_run(network, args, run_dir, writer, device, checkpoints, global_step):
-    """After the main loop: save the model; unless stopped, evaluate it; exit 130 or 143 if stopped."""
-    if stop_signals:  # Ctrl-C or kill: save, flush and end here; the evaluation games are skipped
+def read_checkpoint(run_dir):
+    """RUN_DIR's checkpoint, read with weights_only (tensors, numbers, strings, lists and dicts: nothing in
+    a run directory can run code), or None where it is truncated or not a checkpoint at all."""
+    try:
+        checkpoint = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True)
+    except Exception:
+        return None
+    keys = {"script", "args", "global_step", "finished", "resumable", "files"}
+    return checkpoint if isinstance(checkpoint, dict) and keys <= checkpoint.keys() else None
+
+
+def resumed_args(p, argv, run_dir):
+    """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside --resume.
+    Any other flag given is refused, as is a run directory this script cannot go on with; either way
+    nothing is written."""
+    path = os.path.join(run_dir, CHECKPOINT)
+    if not os.path.isdir(run_dir):
+        p.error(f"argument --resume: {run_dir} is not a directory")
+    if not os.path.isfile(path):
+        p.error(
+            f"argument --resume: {run_dir} has no {CHECKPOINT} (a run writes one every --save-every steps and when stopped)"
+        )
+    if (checkpoint := read_checkpoint(run_dir)) is None:
+        p.error(f"argument --resume: {path} is truncated or is not a checkpoint")
+    if checkpoint["script"] != SCRIPT:
+        other = checkpoint["script"]
+        p.error(f"argument --resume: {run_dir} is a run of {other}: resume it with python {other} --resume {run_dir}")
+    saved = checkpoint["args"]
+    args = p.parse_args(argv, argparse.Namespace(**saved))  # flags not given keep the saved values
+    for name, value in vars(args).items():
+        if name not in CHANGEABLE and name != "resume" and value != saved.get(name, value):
+            flags = ", ".join(f"--{n.replace('_', '-')}" for n in CHANGEABLE)
+            p.error(
+                f"argument --{name.replace('_', '-')}: a resumed run keeps its own ({saved[name]}); only {flags} can change"
+            )
+    for name, size in checkpoint["files"]:
+        if not os.path.isfile(os.path.join(run_dir, name)) or os.path.getsize(os.path.join(run_dir, name)) != size:
+            p.error(f"argument --resume: {os.path.join(run_dir, name)}, which the checkpoint needs, is missing or truncated")
+    step = checkpoint["global_step"]
+    if not checkpoint["resumable"]:
+        p.error(
+            f"argument --resume: {run_dir} has finished ({step:,} steps) and kept no checkpoint (--keep-checkpoint keeps one)"
+        )
+    if step >= args.total_timesteps:
+        p.error(f"argument --resume: {run_dir} has run its {step:,} steps: to go on, add a larger --total-timesteps")
+    return args
+
+
+def end_run(network, args, run_dir, writer, device, checkpoints, global_step, updates):
+    """After the main loop: a checkpoint; unless stopped, evaluate the model; exit 128 + the signal if stopped."""
+    if stop_signals:  # Ctrl-C, kill or a closed terminal: a checkpoint, flushed logs, how to go on; no evaluation games
         print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {global_step:,}", flush=True)
+        checkpoints.save(global_step, updates)
+        print(f"checkpoint saved; to go on: python {SCRIPT} --resume {shlex.quote(run_dir)}", flush=True)
+    else:
+        checkpoints.finish(global_step, updates)
     if args.save_model:
-        checkpoints.save()
-        print(f"model saved to {checkpoints.path} (watch it: python {SCRIPT} --eval-model {checkpoints.path})", flush=True)
+        print(
+            f"model saved to {checkpoints.model_path} (watch it: python {SCRIPT} --eval-model {checkpoints.model_path})",
+            flush=True,
+        )
     if args.save_model and not stop_signals:
         evaluate_and_log(network, args, run_dir, writer, device)
     close_logs(writer, args)
     if stop_signals:
-        sys.exit(128 + stop_signals[0])  # 130 after Ctrl-C, 143 after kill: what a shell reports for them
+        sys.exit(128 + stop_signals[0])  # 130 after Ctrl-C, 143 after kill, 129 after a closed terminal
     return run_dir
 
 
@@ -583,7 +798,7 @@ def evaluate_and_log(network, args, run_dir, writer, device):
     """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores."""
     writer.flush()
     if signal.getsignal(signal.SIGINT) is on_stop_signal:  # only games are left, nothing to save:
-        for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or kill ends them at once, as by default
+        for signum in STOP_SIGNALS:  # Ctrl-C, kill or a closed terminal ends them at once, as by default
             signal.signal(signum, signal.SIG_DFL)
     video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
     if video_dir:
@@ -696,6 +911,7 @@ class VideoRecorder:
 
 
 if __name__ == "__main__":
-    for signum in (signal.SIGINT, signal.SIGTERM):  # run as a script: Ctrl-C or kill ends the run cleanly
-        signal.signal(signum, on_stop_signal)
+    for signum in STOP_SIGNALS:  # run as a script: Ctrl-C, kill or a closed terminal ends the run cleanly
+        if signal.getsignal(signum) is not signal.SIG_IGN or signum in (signal.SIGINT, signal.SIGTERM):  # nohup's stays
+            signal.signal(signum, on_stop_signal)
     main()

@@ -31,7 +31,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 SHOWN = ("exp_name", "seed", "env_id", "total_timesteps", "envs_count", "workers_count", "learn_steps_period")
 # flags that change nothing a run learns (saving, watching): runs that differ only in these, or
 # that ran before such a flag existed, are one setting
-PLUMBING = ("seed", "save_model", "save_every", "eval_model", "eval_episodes", "eval_epsilon", "capture_video")
+PLUMBING = ("seed", "save_model", "save_every", "resume", "keep_replay")
+PLUMBING += ("eval_model", "eval_episodes", "eval_epsilon", "capture_video")
 PLUMBING += ("track", "wandb_project_name", "wandb_entity")  # where the logs are mirrored
 
 

@@ -164,7 +164,7 @@ def check_script(script, flags, device, scratch, args):
     stdout, run_dir = run(script, [on_device, *flags, "--save-model", "--eval-episodes", "1"], scratch, args)
     logged = scalars(run_dir)
     check_run(stdout, logged, device, losses + ["charts/episodic_return", "eval/episodic_return"], losses)
-    models = glob.glob(os.path.join(run_dir, "*.pt"))
+    models = [path for path in glob.glob(os.path.join(run_dir, "*.pt")) if os.path.basename(path) != "checkpoint.pt"]
     if len(models) != 1:
         raise CheckFailed(f"--save-model left {len(models)} models in its run directory, not one")
     stdout, eval_dir = run(script, [on_device, "--eval-model", models[0], "--eval-episodes", "1"], scratch, args)

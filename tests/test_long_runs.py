@@ -141,7 +141,10 @@ def test_a_stop_signal_saves_flushes_and_exits(stopped, script, signum):
     assert "evaluation over" not in run.output  # a stopped run skips the evaluation games
     loads_into_the_network(script, run.model_path)
     run_dir = run.run_dir
-    assert sorted(os.listdir(run_dir)) == sorted([f"{script[:-3]}.pt"] + glob.glob("events.out.tfevents.*", root_dir=run_dir))
+    assert f"checkpoint saved; to go on: python {script} --resume {os.path.relpath(run_dir, run.cwd)}" in run.output
+    replay = ["replay"] if script.startswith("dqn") else []  # what --resume needs is kept
+    events = glob.glob("events.out.tfevents.*", root_dir=run_dir)
+    assert sorted(os.listdir(run_dir)) == sorted([f"{script[:-3]}.pt", "checkpoint.pt"] + replay + events)
     scalars = read_scalars(run_dir)  # flushed: the progress line's scalars are there
     assert "charts/SPS" in scalars and "eval/episodic_return" not in scalars
     assert "|save_every|100000|" in read_text(run_dir)
@@ -160,9 +163,11 @@ def test_sigkill_leaves_the_last_complete_checkpoint(tmp_path):
     returncode, output = run.finish()
     assert returncode == -signal.SIGKILL, output
     run_dir = run.run_dir()
-    assert glob.glob("*.pt", root_dir=run_dir) == ["dqn_atari.pt"]  # a temporary file is never taken for a model
-    assert set(os.listdir(run_dir)) - {"dqn_atari.pt", "dqn_atari.pt.tmp"} == set(glob.glob("events.*", root_dir=run_dir))
+    assert sorted(glob.glob("*.pt", root_dir=run_dir)) == ["checkpoint.pt", "dqn_atari.pt"]  # a temporary file is no model
+    written = {"dqn_atari.pt", "dqn_atari.pt.tmp", "checkpoint.pt", "checkpoint.pt.tmp", "replay"}
+    assert set(os.listdir(run_dir)) - written == set(glob.glob("events.*", root_dir=run_dir))
     loads_into_the_network("dqn_atari.py", os.path.join(run_dir, "dqn_atari.pt"))
+    assert dqn_atari.read_checkpoint(run_dir) is not None  # and --resume can go on from checkpoint.pt
 
 
 # ---------------------------------------------------------------- watching a saved agent
@@ -259,6 +264,12 @@ def test_the_shared_code_is_the_same_in_every_script():
         "Progress",
         "on_stop_signal",
         "Checkpoints",
+        "save_atomically",
+        "plain",
+        "sync_dir",
+        "open_run",
+        "read_checkpoint",
+        "resumed_args",
         "model_error",
         "watch_saved_model",
         "evaluate_and_log",
@@ -268,6 +279,10 @@ def test_the_shared_code_is_the_same_in_every_script():
         "VideoRecorder",
     ]:
         sources = {script: inspect.getsource(getattr(module(script), name)) for script in SCRIPTS}
+        assert len(set(sources.values())) == 1, name
+    # the replay's files: dqn_atari_mp.py's differ where its replay does (a position for each worker)
+    for name, scripts in [("write_rows", SCRIPTS[:3]), ("ReplayFiles", SCRIPTS[:2])]:
+        sources = {script: inspect.getsource(getattr(module(script), name)) for script in scripts}
         assert len(set(sources.values())) == 1, name
 
 

@@ -1,0 +1,403 @@
+"""--resume, in all six scripts: a run killed with SIGKILL goes on from its last checkpoint, with
+everything as it was saved, to its total; bad input is refused and the directory left as it was.
+
+Real processes on real Breakout (all started together: most of their time is spent starting), and
+in-process runs on tests/catch.py for the state's bit-for-bit comparison.
+
+    python -m pytest tests/test_resume.py -q --durations=0
+"""
+
+import copy
+import glob
+import importlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import catch
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, read_scalars
+
+SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
+DQN_TINY = ["--learning-starts", "50", "--buffer-size", "200", "--batch-size", "8", "--learn-steps-period", "4"]
+TINY = {  # a few hundred steps, a checkpoint every 100
+    "dqn_atari.py": DQN_TINY,
+    "dqn_atari_vec.py": DQN_TINY + ["--envs-count", "2"],
+    "dqn_atari_mp.py": DQN_TINY + ["--workers-count", "2"],
+    "a2c_batched.py": ["--envs-count", "2", "--rollout-length", "5"],
+    "ppo_atari.py": ["--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "2", "--update-epochs", "1"],
+    "pqn_atari.py": ["--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "2", "--update-epochs", "1"],
+}
+TOTAL, SAVE_EVERY = 300, 100
+
+
+def module(script):
+    return importlib.import_module(script[: -len(".py")])
+
+
+def start(script, args, cwd):
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, script), *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def the_run_dir(cwd):
+    runs = glob.glob(os.path.join(cwd, "runs", "*"))
+    assert len(runs) <= 1, runs
+    return runs[0] if runs else None
+
+
+# ---------------------------------------------------------------- killed, then resumed
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """Each script's run SIGKILLed once its first checkpoint is written, then resumed to its total."""
+    flags = ["--total-timesteps", str(TOTAL), "--save-every", str(SAVE_EVERY), "--seed", "3"]
+    cwds = {script: tmp_path_factory.mktemp(script[:-3]) for script in SCRIPTS}
+    procs = {script: start(script, flags + TINY[script], cwds[script]) for script in SCRIPTS}
+    deadline, waiting = time.time() + 240, set(SCRIPTS)
+    while waiting and time.time() < deadline:
+        for script in list(waiting):
+            run_dir = the_run_dir(cwds[script])
+            if run_dir and os.path.exists(os.path.join(run_dir, "checkpoint.pt")):
+                procs[script].kill()
+                waiting.remove(script)
+            elif procs[script].poll() is not None:
+                pytest.fail(f"{script} ended before its first checkpoint:\n{procs[script].stdout.read()}")
+        time.sleep(0.05)
+    assert not waiting, f"no checkpoint within 240 s: {waiting}"
+    results = {}
+    for script in SCRIPTS:
+        procs[script].communicate(timeout=60)
+        run_dir = the_run_dir(cwds[script])
+        results[script] = {"killed": procs[script].returncode, "run_dir": run_dir, "cwd": cwds[script]}
+        results[script]["resumed_at"] = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["global_step"]
+        procs[script] = start(script, ["--resume", run_dir], cwds[script])
+    for script in SCRIPTS:
+        results[script]["output"] = procs[script].communicate(timeout=300)[0]
+        results[script]["returncode"] = procs[script].returncode
+    return results
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_killed_run_resumes_and_runs_to_its_total(resumed, script):
+    run = resumed[script]
+    assert run["killed"] == -signal.SIGKILL
+    assert run["returncode"] == 0, run["output"]
+    assert "Traceback" not in run["output"]
+    assert f"{os.path.relpath(run['run_dir'], run['cwd'])}: resumed at step {run['resumed_at']:,}" in run["output"]
+    scalars = read_scalars(run["run_dir"])
+    for tag, (steps, _) in scalars.items():
+        if tag != "charts/episodic_return":  # (several games may end at one step)
+            assert len(set(steps)) == len(steps), (tag, steps)  # each step once: the killed run's last ones are hidden
+    # The run's last step: the first to reach the total (the progress line's last charts/SPS is logged there).
+    last_step = max(steps.max() for steps, _ in scalars.values())
+    assert TOTAL <= last_step < TOTAL + 32
+    assert not os.path.exists(os.path.join(run["run_dir"], "replay"))  # the run's end deletes the replay's files
+    assert os.path.getsize(os.path.join(run["run_dir"], "checkpoint.pt")) < 10_000  # and keeps only what says it ended
+    if script.startswith("dqn"):  # where an unbroken run's ends: one update per 4 steps after the 50 of the warm-up
+        steps, updates = scalars["charts/updates"]
+        assert steps[-1] == last_step and updates[-1] == module(script).updates_due(last_step, 50, 4)
+
+
+# ---------------------------------------------------------------- what comes back is what was saved
+# On Catch: a checkpoint at step 300, the run killed at about step 480 (DQN: once the rows after the
+# checkpoint have filled a whole ring), DQN with random actions (no forward pass to wait for).
+DQN_ON_CATCH = ["--learning-starts", "50", "--buffer-size", "200", "--batch-size", "8", "--learn-steps-period", "8"]
+DQN_ON_CATCH += ["--start-e", "1", "--end-e", "1"]
+IN_PROCESS = {
+    "dqn_atari.py": DQN_ON_CATCH,
+    "dqn_atari_vec.py": DQN_ON_CATCH + ["--envs-count", "2"],
+    "a2c_batched.py": TINY["a2c_batched.py"],
+    "ppo_atari.py": TINY["ppo_atari.py"],
+    "pqn_atari.py": TINY["pqn_atari.py"],
+}
+
+
+def live_state(checkpoints, step, updates):
+    """Everything a checkpoint is to save, copied from the running objects themselves."""
+    c = checkpoints
+    state = {
+        "step": int(step),
+        "updates": int(updates),
+        "network": copy.deepcopy(c.network.state_dict()),
+        "optimizer": copy.deepcopy(c.optimizer.state_dict()),
+        "target_network": None if c.target_network is None else copy.deepcopy(c.target_network.state_dict()),
+        "generator": None if c.rng is None else copy.deepcopy(c.rng.bit_generator.state),
+        "numpy_random": np.random.get_state(),
+        "torch_random": torch.get_rng_state(),
+        "python_random": random.getstate(),
+        "returns": list(c.progress.returns),
+    }
+    if c.replay is not None:
+        replay = c.replay.replay
+        state["replay"] = [field.copy() for field in c.replay.fields()] + [copy.copy(replay.pos), copy.copy(replay.full)]
+    return state
+
+
+def assert_equal(a, b, where=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_equal(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_equal(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), where
+    else:
+        assert a == b, (where, a, b)  # (a score saved as a float, np.float64 in the running deque: the same value)
+
+
+class Killed(BaseException):
+    """What SIGKILL does to a run, in-process: it stops at once, with nothing saved."""
+
+
+@pytest.mark.parametrize("script", list(IN_PROCESS))
+def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkeypatch):
+    """A run on Catch saves a checkpoint at step 300, then plays on past a whole ring of the replay
+    (its files written, TensorBoard flushed) and is killed. Resumed, it stops before its first step:
+    its state then is what the first had at the checkpoint, bit for bit, the replay included (rebuilt
+    from the checkpoint's files alone), and TensorBoard shows no step after the checkpoint's."""
+    mod, saves, writers = module(script), [], []
+    real_save = mod.Checkpoints.save
+
+    def save(self, step, updates, finished=False):
+        saves.append(live_state(self, step, updates))
+        real_save(self, step, updates, finished)
+
+    class Writer(mod.SummaryWriter):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            writers.append(self)
+
+    class KilledCatch(catch.CatchVectorEnv):
+        steps = 0
+
+        def recv(self):
+            self.steps += 1
+            if self.steps == 560 // self.num_envs:
+                writers[-1].flush()  # what came after the checkpoint is on disk: TensorBoard must hide it
+                raise Killed
+            return super().recv()
+
+    monkeypatch.setattr(mod.Checkpoints, "save", save)
+    monkeypatch.setattr(mod, "SummaryWriter", Writer)
+    monkeypatch.setattr(mod, "stop_signals", [])
+    monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count, seed: KilledCatch(envs_count))
+    with pytest.raises(Killed):
+        mod.main(["--total-timesteps", "1000", "--save-every", "300", "--seed", "4"] + IN_PROCESS[script])
+    (run_dir,) = glob.glob(os.path.join("runs", "*"))
+    assert len(saves) == 1 and saves[0]["step"] >= 300
+    steps_logged = [steps for steps, _ in read_scalars(run_dir).values()]
+    assert max(s.max() for s in steps_logged) > saves[0]["step"]  # the killed run logged beyond its checkpoint
+
+    monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    mod.stop_signals.append(signal.SIGINT)  # the resumed run stops at its loop's top: its state is the restored one
+    with pytest.raises(SystemExit) as exit_info:
+        mod.main(["--resume", run_dir])
+    assert exit_info.value.code == 130
+    assert_equal(saves[1], saves[0])
+    for steps in [steps for steps, _ in read_scalars(run_dir).values()]:
+        assert steps.max(initial=0) <= saves[0]["step"]  # (a tag logged only after the checkpoint is left empty)
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A short dqn_atari.py run on Catch that ended with --keep-checkpoint: its directory can go on."""
+    cwd = tmp_path_factory.mktemp("finished")
+    argv = ["--total-timesteps", "120", "--keep-checkpoint", "--seed", "5"] + IN_PROCESS["dqn_atari.py"]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(
+            module("dqn_atari.py"), "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count)
+        )
+        return os.path.join(cwd, module("dqn_atari.py").main(argv))
+
+
+def tree(path):
+    """Every file under path with its size and time of change: what a refused --resume must leave as it was."""
+    return {
+        os.path.join(root, name): (os.stat(os.path.join(root, name)).st_size, os.stat(os.path.join(root, name)).st_mtime_ns)
+        for root, dirs, files in os.walk(path)
+        for name in files + dirs
+    }
+
+
+def refused(script, argv, capsys):
+    """main(argv) stops at once: exit status 2, one error line (returned), no traceback."""
+    with pytest.raises(SystemExit) as exit_info:
+        module(script).main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+def copied_run(run_dir, tmp_path, checkpoint=None, checkpoint_bytes=None):
+    """A copy of run_dir, its checkpoint replaced by the dict or the bytes given."""
+    import shutil
+
+    copy_dir = os.path.join(tmp_path, "copy")
+    shutil.copytree(run_dir, copy_dir)
+    if checkpoint is not None:
+        torch.save(checkpoint, os.path.join(copy_dir, "checkpoint.pt"))
+    if checkpoint_bytes is not None:
+        with open(os.path.join(copy_dir, "checkpoint.pt"), "wb") as f:
+            f.write(checkpoint_bytes)
+    return copy_dir
+
+
+class RunsCode:
+    """A pickled object that would create a file when unpickled: weights_only must refuse it unrun."""
+
+    def __reduce__(self):
+        return (open, ("ran_code", "w"))
+
+
+def bad_runs(finished, tmp_path):
+    checkpoint = torch.load(os.path.join(finished, "checkpoint.pt"), weights_only=True)
+    with open(os.path.join(finished, "checkpoint.pt"), "rb") as f:
+        whole = f.read()
+    os.makedirs(os.path.join(tmp_path, "empty"))
+    return [
+        (os.path.join(tmp_path, "nowhere"), [], "is not a directory"),
+        (os.path.join(tmp_path, "empty"), [], "has no checkpoint.pt (a run writes one every --save-every steps"),
+        (finished, [], "has run its 120 steps: to go on, add a larger --total-timesteps"),
+        (finished, ["--learning-rate", "0.5"], "error: argument --learning-rate: a resumed run keeps its own (0.0001); only"),
+        (finished, ["--total-timesteps", "100"], "has run its 120 steps"),
+        (
+            copied_run(finished, tmp_path / "a", checkpoint | {"script": "ppo_atari.py"}),
+            [],
+            "is a run of ppo_atari.py: resume it",
+        ),
+        (
+            copied_run(finished, tmp_path / "b", checkpoint | {"resumable": False}),
+            ["--total-timesteps", "200"],
+            "kept no checkpoint (--keep-checkpoint keeps one)",
+        ),
+        (
+            copied_run(finished, tmp_path / "c", checkpoint_bytes=whole[: len(whole) // 2]),
+            [],
+            "is truncated or is not a checkpoint",
+        ),
+        (copied_run(finished, tmp_path / "d", RunsCode()), [], "is truncated or is not a checkpoint"),
+        (copied_run(finished, tmp_path / "e", {"state_dict": {}}), [], "is truncated or is not a checkpoint"),
+    ]
+
+
+def test_bad_resume_is_refused_and_leaves_the_directory_as_it_was(finished_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    cases = bad_runs(finished_run, tmp_path)
+    missing_chunk = copied_run(finished_run, tmp_path / "f")
+    os.remove(sorted(glob.glob(os.path.join(missing_chunk, "replay", "*")))[0])
+    cases.append((missing_chunk, ["--total-timesteps", "200"], "which the checkpoint needs, is missing or truncated"))
+    for run_dir, flags, why in cases:
+        before = tree(tmp_path)
+        error = refused("dqn_atari.py", ["--resume", str(run_dir)] + flags, capsys)
+        assert why in error, (run_dir, error)
+        assert tree(tmp_path) == before, run_dir
+    assert not os.path.exists("ran_code")
+
+
+def test_a_finished_run_with_its_replay_goes_on_to_a_larger_total(finished_run, tmp_path, monkeypatch, capsys):
+    run_dir = copied_run(finished_run, tmp_path)
+    monkeypatch.setattr(module("dqn_atari.py"), "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    module("dqn_atari.py").main(["--resume", run_dir, "--total-timesteps", "150", "--no-keep-checkpoint"])
+    out = capsys.readouterr().out
+    (resumed_line,) = [line for line in out.splitlines() if "resumed at" in line]
+    assert resumed_line.startswith(f"{run_dir}: resumed at step 120, ")  # and the flags it changes:
+    assert "--total-timesteps 150 (was 120)" in resumed_line and "--keep-checkpoint False (was True)" in resumed_line
+    assert "step 150/150" in out
+    assert read_scalars(run_dir)["charts/updates"][1][-1] == (150 - 50) // 8
+    assert not os.path.exists(os.path.join(run_dir, "replay"))  # no --keep-checkpoint this time: only what says it ended
+    assert os.path.getsize(os.path.join(run_dir, "checkpoint.pt")) < 10_000
+
+
+# ---------------------------------------------------------------- a closed terminal
+def test_a_closed_terminal_stops_the_run_with_a_checkpoint(tmp_path):
+    """The run in a terminal of its own (a pty), which is then closed: SIGHUP, and printing to the
+    terminal fails from then on. The run still saves a checkpoint and exits 129."""
+    import pty
+    import select
+
+    argv = [sys.executable, os.path.join(ROOT, "dqn_atari.py"), "--total-timesteps", "100000"] + TINY["dqn_atari.py"]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: straight into the script, in the terminal's session
+        os.chdir(tmp_path)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a user's terminal, though pytest may run under nohup
+        os.dup2(os.open(os.path.join(tmp_path, "stderr.txt"), os.O_WRONLY | os.O_CREAT), 2)  # what went wrong, if anything
+        os.execv(sys.executable, argv)
+    output, deadline = b"", time.time() + 120
+    while b"steps on cpu" not in output and time.time() < deadline:
+        if select.select([terminal], [], [], 1)[0]:
+            output += os.read(terminal, 10_000)
+    assert b"steps on cpu" in output, output
+    os.close(terminal)  # the terminal is closed: its session gets SIGHUP
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP, open(os.path.join(tmp_path, "stderr.txt")).read()
+    (run_dir,) = glob.glob(os.path.join(tmp_path, "runs", "*"))
+    assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["script"] == "dqn_atari.py"
+
+
+# ---------------------------------------------------------------- the replay's files
+def add_rows(script, replay, rng, rows):
+    """Random rows into the replay as the script adds them: a row a step, or a worker's batch of 32."""
+    mod, envs = module(script), replay.frames.shape[1]
+    if script != "dqn_atari_mp.py":
+        for _ in range(rows):
+            flags = [rng.random(envs) < 0.3 for _ in range(3)]
+            yield replay.add(rng.integers(0, 256, (envs, 84, 84), dtype=np.uint8), rng.integers(0, 4, envs), 1, *flags)
+        return
+    for _ in range(rows // mod.SEND_BATCH):
+        flags = [rng.random(mod.SEND_BATCH) < 0.3 for _ in range(3)]
+        frames = rng.integers(0, 256, (mod.SEND_BATCH, 84, 84), dtype=np.uint8)
+        yield replay.add(int(rng.integers(envs)), frames, rng.integers(0, 4, mod.SEND_BATCH), 1, *flags)
+
+
+@pytest.mark.parametrize(
+    "script, buffer_size, envs",
+    [("dqn_atari.py", 300, 1), ("dqn_atari_vec.py", 300, 3), ("dqn_atari_mp.py", 1000, 2), ("dqn_atari_mp.py", 40, 2)],
+    ids=["dqn", "vec", "mp", "mp-tiny-ring"],
+)
+def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_size, envs, tmp_path):
+    """The ring as it was at a checkpoint, rebuilt from the files the checkpoint names, though the run
+    went on past a whole ring after it (its files written too); and files no checkpoint needs go."""
+    mod, rng = module(script), np.random.default_rng(0)
+    replay = mod.ReplayMemory(buffer_size, envs)
+    files = mod.ReplayFiles(replay, str(tmp_path))
+    for _ in add_rows(script, replay, rng, 3 * replay.rows * envs // 2):
+        files.keep_up()
+    state = files.save()
+    files.saved(state)
+    saved = [field.copy() for field in files.fields()] + [copy.copy(replay.pos), copy.copy(replay.full)]
+    for _ in add_rows(script, replay, rng, 2 * replay.rows * envs):  # the run goes on, then is killed
+        files.keep_up()
+    files.thread.shutdown()  # its last file and deletions done: a killed run's process does nothing more
+    rebuilt = mod.ReplayMemory(buffer_size, envs)
+    resumed = mod.ReplayFiles(rebuilt, str(tmp_path))
+    resumed.load(state)
+    assert_equal(list(resumed.fields()) + [rebuilt.pos, rebuilt.full], saved)
+    named = {chunk[0] for chunk in (state["chunks"] if script != "dqn_atari_mp.py" else sum(state["chunks"], []))}
+    assert {os.path.join("replay", name) for name in os.listdir(tmp_path / "replay")} == named  # the rest deleted
+    # The resumed run goes on to its next checkpoint: the files only the last one named go, and what
+    # is left holds at most a ring and a file a column.
+    for _ in add_rows(script, rebuilt, rng, 3 * rebuilt.rows * envs):
+        resumed.keep_up()
+    resumed.saved(resumed.save())
+    resumed.thread.submit(int).result()  # the deletions, which the background thread does, done
+    on_disk = sum(entry.stat().st_size for entry in os.scandir(tmp_path / "replay"))
+    assert on_disk <= (rebuilt.rows + resumed.chunk_rows) * envs * (mod.REPLAY_BYTES_PER_TRANSITION + 1000)
