@@ -6,6 +6,12 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+# The README's command runs the suite in two processes (pytest -n 2): one torch thread each, in them and
+# in every script a test starts. Two threads each on two cores wait on each other: a short DQN run took
+# 4x longer so on a loaded machine. Set before torch is first imported: the test modules import it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))

@@ -214,9 +214,13 @@ def test_a_worker_exception_stops_the_run(in_tmp, monkeypatch, capfd):
         (["--learn-steps-period", "2.5"], "--learn-steps-period"),
     ],
 )
-def test_bad_input_fails_at_once(args, flag, tmp_path):
-    message = run_bad("dqn_atari_mp.py", args, tmp_path)
-    assert flag in message and "error" in message
+def test_bad_input_fails_at_once(args, flag, in_tmp, capsys):
+    assert_refused(dqn_atari_mp.main, args, flag, capsys)
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+    message = run_bad("dqn_atari_mp.py", ["--workers-count", "0"], tmp_path)
+    assert message.startswith("dqn_atari_mp.py: error: argument --workers-count"), message
 
 
 def test_workers_do_not_outlive_a_killed_learner(tmp_path):

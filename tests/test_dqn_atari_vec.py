@@ -130,9 +130,13 @@ def test_replay_stacks_stay_within_one_environment():
         (["--learn-steps-period", "four"], "--learn-steps-period"),
     ],
 )
-def test_bad_input_fails_at_once(args, flag, tmp_path):
-    message = run_bad("dqn_atari_vec.py", args, tmp_path)
-    assert flag in message and "error" in message
+def test_bad_input_fails_at_once(args, flag, in_tmp, capsys):
+    assert_refused(dqn_atari_vec.main, args, flag, capsys)
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+    message = run_bad("dqn_atari_vec.py", ["--envs-count", "0"], tmp_path)
+    assert message.startswith("dqn_atari_vec.py: error: argument --envs-count"), message
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
