@@ -213,6 +213,40 @@ def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkey
         assert steps.max(initial=0) <= saves[0]["step"]  # (a tag logged only after the checkpoint is left empty)
 
 
+def test_the_mp_learners_state_comes_back_bit_for_bit(in_tmp):
+    """dqn_atari_mp.py's learner, whose workers cannot run in-process: its networks, optimizer, random
+    streams, scores and replay (rows from two workers), saved, then restored into new objects."""
+    mod, data_rng = module("dqn_atari_mp.py"), np.random.default_rng(0)
+    args = mod.parse_args(["--buffer-size", "1000", "--workers-count", "2", "--learning-starts", "64", "--seed", "7"])
+    run_dir = mod.new_run_dir("mp_state")
+
+    def learner():
+        q_network, target_network = mod.QNetwork(4), mod.QNetwork(4)
+        optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
+        replay, progress = mod.ReplayMemory(args.buffer_size, args.workers_count), mod.Progress(None, args.total_timesteps)
+        files = mod.ReplayFiles(replay, run_dir)
+        objects = (q_network, optimizer, target_network, np.random.default_rng(args.seed), files)
+        return mod.Checkpoints(args, run_dir, 4, progress, *objects)
+
+    saving = learner()
+    for _ in range(3):  # an optimizer with state, networks that differ, streams moved on
+        saving.optimizer.zero_grad()
+        saving.network(torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)).pow(2).mean().backward()
+        saving.optimizer.step()
+    saving.rng.random(5), np.random.random(3), torch.rand(3), random.random()
+    saving.progress.returns.extend([3.0, 5.0, 0.0])
+    for _ in add_rows("dqn_atari_mp.py", saving.replay.replay, data_rng, 1600):  # the ring wraps
+        saving.replay.keep_up()
+    saved = live_state(saving, 6400, 1234)
+    saving.save(6400, 1234)
+    saving.replay.thread.shutdown()
+    np.random.random(3), torch.rand(3), random.random()  # the streams move on after the save, as a run's do
+
+    restored = learner()
+    assert restored.restore(mod.read_checkpoint(run_dir)) == (6400, 1234)
+    assert_equal(live_state(restored, 6400, 1234), saved)
+
+
 # ---------------------------------------------------------------- bad input
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
