@@ -548,9 +548,16 @@ def new_run_dir(run_name):
 def start_wandb(args, run_dir):
     """--track: a Weights & Biases run as CleanRL's scripts start it. It mirrors the TensorBoard scalars
     (so it must start before the writer opens), with the flags as its config, the run directory's name
-    as its name and this script's code; WANDB_MODE=offline keeps it on disk for `wandb sync`."""
+    as its name and this script's code; WANDB_MODE=offline keeps it on disk for `wandb sync`. Its id
+    is kept in the run directory, so that --resume goes on in the same W&B run."""
     import wandb
 
+    id_path = os.path.join(run_dir, "wandb_run_id")
+    if not os.path.exists(id_path):
+        with open(id_path, "w") as f:
+            f.write(os.urandom(4).hex())  # 8 random hex digits: the W&B run's id
+    with open(id_path) as f:
+        run_id = f.read().strip()
     wandb.tensorboard.patch(root_logdir=run_dir)  # told, not guessed: wandb would wait 10 s to guess it
     wandb.init(
         project=args.wandb_project_name,
@@ -559,6 +566,8 @@ def start_wandb(args, run_dir):
         config=vars(args),
         name=os.path.basename(run_dir),
         save_code=True,
+        id=run_id,
+        resume="allow",
     )
 
 

@@ -90,12 +90,12 @@ def test_capture_video_refuses_to_film_another_game(tmp_path):
     recorder.close()
 
 
-def wandb_records(wandb_dir):
-    """The records of the one offline run under wandb_dir, from its .wandb file: after a 7-byte header, a
-    LevelDB log (32 KiB blocks of chunks, each with a 7-byte header: checksum, length, kind)."""
+def wandb_records(offline_dir):
+    """The records of an offline W&B run, from its .wandb file: after a 7-byte header, a LevelDB
+    log (32 KiB blocks of chunks, each with a 7-byte header: checksum, length, kind)."""
     from wandb.proto import wandb_internal_pb2
 
-    (path,) = glob.glob(os.path.join(wandb_dir, "wandb", "offline-run-*", "run-*.wandb"))
+    (path,) = glob.glob(os.path.join(offline_dir, "run-*.wandb"))
     with open(path, "rb") as f:
         data = f.read()
     assert data[:4] == b":W&B"
@@ -110,12 +110,13 @@ def wandb_records(wandb_dir):
         if kind in (1, 4):  # a whole record, or the last chunk of one
             records.append(wandb_internal_pb2.Record.FromString(chunks))
             chunks = b""
-    return os.path.dirname(path), records
+    return records
 
 
 def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path):
     """A short training run with --track, offline, its evaluation game filmed: the W&B run holds every
-    TensorBoard scalar, the flags, the run directory's name, the script's code and the game's video."""
+    TensorBoard scalar, the flags, the run directory's name, the script's code and the game's video.
+    Resumed to a larger total, it goes on in the same W&B run (the same id)."""
     pytest.importorskip("wandb")
     pytest.importorskip("imageio_ffmpeg")
     shutil.copy(os.path.join(ROOT, "dqn_atari.py"), tmp_path)  # run from its folder: W&B saves code found there
@@ -125,12 +126,18 @@ def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path):
     env.update(WANDB_DIR=str(tmp_path))
     flags = ["--total-timesteps", "200", "--learning-starts", "50", "--learn-steps-period", "1", "--batch-size", "8"]
     flags += ["--buffer-size", "1000", "--save-model", "--capture-video", "--eval-episodes", "1", "--eval-epsilon", "0.5"]
-    proc = subprocess.run(
-        [sys.executable, "dqn_atari.py", *flags, "--track"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    flags += ["--keep-checkpoint"]  # the run can go on to a larger total
+
+    def dqn_atari_py(*args):
+        proc = subprocess.run(
+            [sys.executable, "dqn_atari.py", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    dqn_atari_py(*flags, "--track")
     (run_dir,) = glob.glob(os.path.join(tmp_path, "runs", "*"))
-    scalars, (offline_dir, records) = read_scalars(run_dir), wandb_records(tmp_path)
+    (offline_dir,) = glob.glob(os.path.join(tmp_path, "wandb", "offline-run-*"))
+    scalars, records = read_scalars(run_dir), wandb_records(offline_dir)
 
     (run,) = [r.run for r in records if r.HasField("run")]
     assert run.display_name == os.path.basename(run_dir) and run.project == "cleanRL"
@@ -151,3 +158,17 @@ def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path):
     (video,) = [h for h in history if "videos/eval_game_0/path" in h]
     assert video["videos/eval_game_0/caption"] == f"return {scalars['eval/episodic_return'][1][0]:g}"
     assert read(offline_dir, "files", video["videos/eval_game_0/path"]) == read(run_dir, "videos", "eval_game_0.mp4")
+
+    # --resume (--track is the run's own flag) goes on in the W&B run with the id kept in the run directory
+    dqn_atari_py("--resume", run_dir, "--total-timesteps", "300", "--no-capture-video", "--no-keep-checkpoint")
+    offline_dirs = sorted(glob.glob(os.path.join(tmp_path, "wandb", "offline-run-*")))
+    assert len(offline_dirs) == 2 and offline_dirs[0] == offline_dir
+    run_id = read(run_dir, "wandb_run_id").decode()
+    assert len(run_id) == 8 and all(path.endswith(f"-{run_id}") for path in offline_dirs)
+    resumed_records = wandb_records(offline_dirs[1])
+    assert [r.run.run_id for r in records + resumed_records if r.HasField("run")] == [run_id, run_id]
+    resumed_history = [
+        {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item} for r in resumed_records
+    ]
+    resumed_steps = [h["global_step"] for h in resumed_history if "charts/SPS" in h or "losses/td_loss" in h]
+    assert resumed_steps and min(resumed_steps) > 200 and max(resumed_steps) >= 300  # from the checkpoint on
