@@ -15,8 +15,11 @@ matplotlib) draws one line per row of the table: each seed's return smoothed ove
 interpolated onto the steps the seeds share, and averaged over the seeds, with the seeds' range
 (min to max) shaded. It draws them against environment steps and, beside that, against gradient
 updates, which shows the DQN scripts' runs only (see updates_at). A row whose seeds' curves share
-no step (runs of a few games) is not drawn, and named as such. There is no wall-clock panel:
-runs that shared cores or were paused would be drawn as if slow.
+no step (runs of a few games) is not drawn, and named as such. --wall-clock draws the second panel
+against wall-clock minutes from each run's start instead: only for runs that each ran alone on the
+machine, since runs that shared cores or were paused would be drawn as if slow.
+
+    python benchmark/compare.py docs/results/pqn_vs_dqn --reach 10 --wall-clock --plot time.png
 """
 
 import argparse
@@ -237,11 +240,12 @@ def thousands(x, position=None):
     return f"{x / 1e6:g}M" if abs(x) >= 1e6 else f"{x / 1e3:g}k" if abs(x) >= 1e3 else f"{x:g}"
 
 
-def plot(runs, path, plt, reach=None, window=100):
+def plot(runs, path, plt, reach=None, window=100, wall_clock=False):
     """One line per setting (the rows of the table): the mean over its seeds of each seed's return
     smoothed over `window` games, its seeds' range (min to max) shaded. Against environment steps,
-    and, where there are DQN runs, against gradient updates (see updates_at). Returns the labels
-    of the settings left out because their seeds' curves share no step."""
+    and, where there are DQN runs, against gradient updates (see updates_at); with wall_clock,
+    against the minutes since each run's start instead. Returns the labels of the settings left
+    out because their seeds' curves share no step."""
     drawn = [(label, group) for label, group in settings(runs) if any(run["curve"][2] for run in group)]
     # in the legend, a script's settings in order of their parallelism and their K
     drawn.sort(
@@ -251,29 +255,39 @@ def plot(runs, path, plt, reach=None, window=100):
             steps_run(item[1][0]),
         )
     )
-    with_updates = any(updates_at(group[0]["params"], []) is not None for _, group in drawn)
-    figure, panels = plt.subplots(1, 2 if with_updates else 1, figsize=(14, 5) if with_updates else (8, 5), squeeze=False)
+    with_updates = not wall_clock and any(updates_at(group[0]["params"], []) is not None for _, group in drawn)
+    two_panels = with_updates or wall_clock
+    figure, panels = plt.subplots(1, 2 if two_panels else 1, figsize=(14, 5) if two_panels else (8, 5), squeeze=False)
     by_steps, by_updates = (panels[0][0], panels[0][1]) if with_updates else (panels[0][0], None)
+    by_minutes = panels[0][1] if wall_clock else None
     left_out = []
     for color, (label, group) in enumerate(drawn):
-        curves = []
+        curves, timed = [], []  # each seed's smoothed return against its steps, and against its minutes
         for run in group:
-            steps, _, values = (np.array(v) for v in run["curve"])
+            steps, seconds, values = (np.array(v) for v in run["curve"])
             if len(values):
                 smoothed = min(window, len(values))
-                curves.append((steps[smoothed - 1 :], np.convolve(values, np.ones(smoothed) / smoothed, mode="valid")))
+                smooth = np.convolve(values, np.ones(smoothed) / smoothed, mode="valid")
+                curves.append((steps[smoothed - 1 :], smooth))
+                timed.append((seconds[smoothed - 1 :] / 60, smooth))
         mean = seeds_mean(curves)
         if mean is None:
             left_out.append(label)
             continue
         grid, average, low, high = mean
-        updates = updates_at(group[0]["params"], grid)
-        for axes, x in ((by_steps, grid), (by_updates, updates)):
+        lines = [(by_steps, grid, average, low, high), (by_updates, updates_at(group[0]["params"], grid), average, low, high)]
+        if wall_clock and seeds_mean(timed) is not None:
+            lines.append((by_minutes, *seeds_mean(timed)))
+        for axes, x, y, y_low, y_high in lines:
             if axes is None or x is None:
                 continue
-            axes.plot(x, average, color=f"C{color % 10}", label=legend_label(label, group) if axes is by_steps else None)
+            axes.plot(x, y, color=f"C{color % 10}", label=legend_label(label, group) if axes is by_steps else None)
             if len(curves) > 1:
-                axes.fill_between(x, low, high, color=f"C{color % 10}", alpha=0.2, linewidth=0)
+                axes.fill_between(x, y_low, y_high, color=f"C{color % 10}", alpha=0.2, linewidth=0)
+    if by_minutes is not None:
+        by_minutes.set(xlabel="wall-clock minutes from the run's start", title="against wall-clock time")
+        if reach is not None:
+            by_minutes.axhline(reach, color="gray", linestyle="--", linewidth=1)
     for axes in (by_steps, by_updates):
         if axes is not None:
             axes.xaxis.set_major_formatter(thousands)
@@ -313,6 +327,11 @@ def main(argv=None):
     p.add_argument(
         "--reach", type=float, metavar="SCORE", help="add the steps and minutes until the mean return reaches SCORE"
     )
+    p.add_argument(
+        "--wall-clock",
+        action="store_true",
+        help="with --plot: the second panel against wall-clock minutes (runs that each ran alone), not updates",
+    )
     p.add_argument("--export", metavar="DIR", help="write each run directory as DIR/<run name>.csv instead of a table")
     args = p.parse_args(argv)
     plt = None
@@ -324,6 +343,8 @@ def main(argv=None):
             import matplotlib.pyplot as plt
         except ImportError:
             p.error("argument --plot: needs matplotlib: pip install matplotlib")
+    if args.wall_clock and not args.plot:
+        p.error("argument --wall-clock: draws a panel of --plot; give --plot FILE.png too")
     missing = [path for path in args.runs_dirs if not os.path.exists(path)]
     if missing:
         p.error(f"argument RUN: no such file or directory: {', '.join(missing)}")
@@ -350,7 +371,7 @@ def main(argv=None):
             p.error(f"argument RUN: {source} is not a results CSV (see docs/results/README.md): {error!r}")
     print(table(runs, args.last, args.reach))
     if plt is not None:
-        left_out = plot(runs, args.plot, plt, args.reach)
+        left_out = plot(runs, args.plot, plt, args.reach, wall_clock=args.wall_clock)
         print(f"\nlearning curves written to {args.plot}")
         for label in left_out:
             print(f"not drawn: {label} (its seeds' curves share no step)")

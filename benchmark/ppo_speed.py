@@ -1,16 +1,17 @@
-"""How close ppo_atari.py runs to the speed of its own network, at its default settings.
+"""How close ppo_atari.py (or pqn_atari.py) runs to the speed of its own network, at its default settings.
 
 On a CPU the Nature CNN's forward and backward passes are most of PPO's work, so their time
-sets a bound on the script's speed. This measures, in one run:
+sets a bound on the script's speed. pqn_atari.py runs PPO's loop with a Q-network, so
+`--script pqn_atari.py` measures it the same way. This measures, in one run:
 
   bound     the passes one iteration needs, in a tight loop on random data with the same network
-            (channels-last weights, fused Adam) and the same batch shapes: --rollout-length + 1
+            (channels-last weights, the script's optimizer) and the same batch shapes: --rollout-length + 1
             action forwards of --envs-count observations without gradients, and --update-epochs x
             --num-minibatches forward+backward passes of a minibatch. It is timed before and after
             the script's run and the mean is used, since other load on the machine drifts.
   emulator  --rollout-length steps of the --envs-count Atari games alone, with random actions:
             what a synchronous rollout adds to the bound, since the network waits for each step.
-  script    ppo_atari.main() at its default settings on Breakout for a few iterations; its steps/s
+  script    the script's main() at its default settings on Breakout for a few iterations; its steps/s
             from the end of the first iteration (start-up and first-touch costs) to the end of the
             last, timed where it logs charts/learning_rate, once per iteration.
 
@@ -24,9 +25,11 @@ for each other make every operation several times slower); on an idle machine tr
 
     python benchmark/ppo_speed.py                     # about 3 minutes on 2 cores
     python benchmark/ppo_speed.py --threads 2 --iterations 4
+    python benchmark/ppo_speed.py --script pqn_atari.py --threads 2
 """
 
 import argparse
+import importlib
 import os
 import shutil
 import sys
@@ -40,9 +43,12 @@ from torch.utils.tensorboard import SummaryWriter
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ppo_atari  # noqa: E402
 
+SCRIPTS = ("ppo_atari.py", "pqn_atari.py")
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--script", choices=SCRIPTS, default="ppo_atari.py", help="the script measured, at its defaults")
     p.add_argument("--threads", type=ppo_atari.positive_int, default=1, help="torch's intra-op threads for both measurements")
     p.add_argument(
         "--iterations",
@@ -59,10 +65,18 @@ def parse_args():
     return p.parse_args()
 
 
-def bound_seconds_per_iteration(defaults, actions_count, iterations):
-    """Wall and CPU seconds of bare network passes per PPO iteration, on random data."""
-    agent = ppo_atari.Agent(actions_count).to(memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=defaults.learning_rate, eps=1e-5, fused=True)
+def network_and_optimizer(script, actions_count, learning_rate):
+    """The script's network and optimizer, as its main() makes them."""
+    if script is ppo_atari:
+        agent = ppo_atari.Agent(actions_count).to(memory_format=torch.channels_last)
+        return agent, torch.optim.Adam(agent.parameters(), lr=learning_rate, eps=1e-5, fused=True)
+    q_network = script.QNetwork(actions_count).to(memory_format=torch.channels_last)
+    return q_network, torch.optim.RAdam(q_network.parameters(), lr=learning_rate)
+
+
+def bound_seconds_per_iteration(script, defaults, actions_count, iterations):
+    """Wall and CPU seconds of bare network passes per iteration, on random data."""
+    agent, optimizer = network_and_optimizer(script, actions_count, defaults.learning_rate)
     frames = (ppo_atari.STACK, *ppo_atari.FRAME_SHAPE)
     batch = defaults.envs_count * defaults.rollout_length
     step_obs = torch.randint(0, 256, (defaults.envs_count, *frames), dtype=torch.uint8)
@@ -73,9 +87,9 @@ def bound_seconds_per_iteration(defaults, actions_count, iterations):
             with torch.no_grad():
                 agent(step_obs)
         for _ in range(defaults.update_epochs * defaults.num_minibatches):
-            logits, values = agent(minibatch_obs)
+            outputs = agent(minibatch_obs)  # PPO: logits and V(s); PQN: Q(s, .)
             optimizer.zero_grad()
-            (logits.mean() + values.mean()).backward()
+            sum(output.mean() for output in (outputs if isinstance(outputs, tuple) else [outputs])).backward()
             optimizer.step()
 
     one_iteration()  # warm-up: oneDNN picks its kernels, memory gets allocated
@@ -85,9 +99,9 @@ def bound_seconds_per_iteration(defaults, actions_count, iterations):
     return (time.perf_counter() - wall) / iterations, (time.process_time() - cpu) / iterations
 
 
-def emulator_seconds_per_iteration(defaults, iterations):
+def emulator_seconds_per_iteration(script, defaults, iterations):
     """Wall and CPU seconds of one rollout's environment steps, alone (the emulator's C++ threads count in the CPU time)."""
-    envs = ppo_atari.make_env(defaults.env_id, defaults.envs_count, 0)
+    envs = script.make_env(defaults.env_id, defaults.envs_count, 0)
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
     actions = rng.integers(0, envs.single_action_space.n, size=(iterations + 1, defaults.rollout_length, envs.num_envs))
@@ -101,8 +115,8 @@ def emulator_seconds_per_iteration(defaults, iterations):
     return seconds
 
 
-def script_steps_per_second(iterations):
-    """ppo_atari.py's own steps per wall and per CPU second at its defaults, over `iterations`
+def script_steps_per_second(script, iterations):
+    """The script's own steps per wall and per CPU second at its defaults, over `iterations`
     iterations after the first."""
     ends = []  # (global step, wall clock, CPU clock) at the end of each iteration
 
@@ -112,15 +126,15 @@ def script_steps_per_second(iterations):
                 ends.append((global_step, time.perf_counter(), time.process_time()))
             super().add_scalar(tag, value, global_step, *args, **kwargs)
 
-    defaults = ppo_atari.parse_args([])
+    defaults = script.parse_args([])
     batch = defaults.envs_count * defaults.rollout_length
     work_dir, cwd = tempfile.mkdtemp(prefix="ppo_speed_"), os.getcwd()
-    ppo_atari.SummaryWriter = TimingWriter
+    script.SummaryWriter = TimingWriter
     try:
         os.chdir(work_dir)
-        ppo_atari.main(["--total-timesteps", str(batch * (iterations + 1)), "--exp-name", "ppo_speed"])
+        script.main(["--total-timesteps", str(batch * (iterations + 1)), "--exp-name", "ppo_speed"])
     finally:
-        ppo_atari.SummaryWriter = SummaryWriter
+        script.SummaryWriter = SummaryWriter
         os.chdir(cwd)
         shutil.rmtree(work_dir, ignore_errors=True)
     (first_step, first_wall, first_cpu), (last_step, last_wall, last_cpu) = ends[0], ends[-1]
@@ -130,29 +144,30 @@ def script_steps_per_second(iterations):
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
-    defaults = ppo_atari.parse_args([])
-    envs = ppo_atari.make_env(defaults.env_id, 1, 0)
+    script = importlib.import_module(args.script.removesuffix(".py"))
+    defaults = script.parse_args([])
+    envs = script.make_env(defaults.env_id, 1, 0)
     actions_count = envs.single_action_space.n
     envs.close()
     batch = defaults.envs_count * defaults.rollout_length
     print(
-        f"ppo_atari.py defaults: {defaults.env_id}, {defaults.envs_count} envs x {defaults.rollout_length} steps, "
+        f"{args.script} defaults: {defaults.env_id}, {defaults.envs_count} envs x {defaults.rollout_length} steps, "
         f"{defaults.update_epochs} epochs x {defaults.num_minibatches} minibatches of {batch // defaults.num_minibatches}"
         f" | torch threads {torch.get_num_threads()} | load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
 
-    before = bound_seconds_per_iteration(defaults, actions_count, args.bound_iterations)
+    before = bound_seconds_per_iteration(script, defaults, actions_count, args.bound_iterations)
     print(
         f"bound, before: {before[0]:.2f} s of network passes per iteration ({before[1]:.2f} CPU s) = "
         f"{batch / before[0]:,.0f} steps/s",
         flush=True,
     )
-    emulator = emulator_seconds_per_iteration(defaults, args.iterations)
+    emulator = emulator_seconds_per_iteration(script, defaults, args.iterations)
     print(f"emulator alone: {emulator[0]:.2f} s of environment steps per iteration ({emulator[1]:.2f} CPU s)", flush=True)
-    script, script_cpu = script_steps_per_second(args.iterations)
-    print(f"script: {script:,.0f} steps/s ({script_cpu:,.0f} per CPU s) over {args.iterations} iterations", flush=True)
-    after = bound_seconds_per_iteration(defaults, actions_count, args.bound_iterations)
+    rate, rate_cpu = script_steps_per_second(script, args.iterations)
+    print(f"script: {rate:,.0f} steps/s ({rate_cpu:,.0f} per CPU s) over {args.iterations} iterations", flush=True)
+    after = bound_seconds_per_iteration(script, defaults, actions_count, args.bound_iterations)
     print(
         f"bound, after: {after[0]:.2f} s of network passes per iteration ({after[1]:.2f} CPU s) = "
         f"{batch / after[0]:,.0f} steps/s",
@@ -163,9 +178,9 @@ def main():
     bound_cpu = batch / ((before[1] + after[1]) / 2)
     with_emulator = batch / ((before[0] + after[0]) / 2 + emulator[0])
     print(
-        f"bound {bound:,.0f} steps/s | script {script:,.0f} steps/s | ratio {script / bound:.1%} (target >= 85%) | "
-        f"bound with the emulator {with_emulator:,.0f} steps/s, script at {script / with_emulator:.1%} of it | "
-        f"per CPU second: bound {bound_cpu:,.0f}, script {script_cpu:,.0f}, ratio {script_cpu / bound_cpu:.1%} | "
+        f"bound {bound:,.0f} steps/s | script {rate:,.0f} steps/s | ratio {rate / bound:.1%} (target >= 85%) | "
+        f"bound with the emulator {with_emulator:,.0f} steps/s, script at {rate / with_emulator:.1%} of it (target >= 80%) | "
+        f"per CPU second: bound {bound_cpu:,.0f}, script {rate_cpu:,.0f}, ratio {rate_cpu / bound_cpu:.1%} | "
         f"load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )

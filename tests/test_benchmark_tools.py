@@ -325,6 +325,29 @@ def test_compare_plot_draws_one_line_per_setting_the_mean_of_its_seeds_and_their
     assert len(panels) == 1 and panels[0].lines == []
 
 
+def test_compare_plot_with_wall_clock_draws_the_second_panel_against_minutes(tmp_path):
+    # pqn_atari, 2 seeds, smoothed over 2 games: seed 1 1, 3, 5 at minutes 2, 4, 6; seed 2 3, 5, 7 at minutes 3, 5, 7
+    hand_made(tmp_path, "p1", [(100, 0, 60), (200, 2, 120), (300, 4, 240), (400, 6, 360)], exp_name="pqn_atari")
+    hand_made(tmp_path, "p2", [(100, 2, 60), (200, 4, 180), (300, 6, 300), (400, 8, 420)], exp_name="pqn_atari", seed=2)
+    hand_made(tmp_path, "d1", [(100, 1, 30), (200, 3, 90)], learning_starts=50)  # dqn_atari: 2 at 1.5 minutes
+    runs = [compare.read_csv(tmp_path / f"{name}.csv") for name in ("p1", "p2", "d1")]
+    panels = []
+    assert compare.plot(runs, tmp_path / "time.png", fake_pyplot(panels), reach=4, window=2, wall_clock=True) == []
+    assert len(panels) == 2  # steps and minutes; no panel of updates
+    by_steps, by_minutes = panels
+    assert by_minutes.labels["xlabel"].startswith("wall-clock minutes") and by_minutes.hlines == [4]
+    (d_x, d_y, d_color, _), (p_x, p_y, p_color, _) = by_minutes.lines
+    assert (d_x, d_y) == ([1.5], [2.0])
+    # minutes both seeds cover, 3-6: seed 1 interpolated 2, 3, 4, 5; seed 2 3, 4, 5, 6
+    assert p_x == [3.0, 4.0, 5.0, 6.0] and p_y == pytest.approx([2.5, 3.5, 4.5, 5.5])
+    assert by_minutes.shaded == [(p_x, [2.0, 3.0, 4.0, 5.0], [3.0, 4.0, 5.0, 6.0], p_color)]
+    assert [color for *_, color, _ in by_steps.lines] == [d_color, p_color]  # a setting's colour in both panels
+    assert by_steps.lines[1][0] == [200, 300, 400] and by_steps.lines[1][1] == pytest.approx([2.0, 4.0, 6.0])
+    # --wall-clock draws into --plot's file: alone, it is refused
+    proc = run_tool("compare.py", tmp_path, "--wall-clock")
+    assert proc.returncode == 2 and "--wall-clock" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def hand_made(folder, name, games, steps=4000, **flags):
     """A results CSV as docs/results/README.md describes it; games: (step, return, seconds)."""
     params = {"exp_name": "dqn_atari", "seed": "1", "env_id": "PongNoFrameskip-v4", **{k: str(v) for k, v in flags.items()}}
@@ -439,3 +462,22 @@ def test_compare_refuses_a_folder_without_runs_and_a_foreign_csv(tmp_path):
     assert proc.returncode == 2 and "is not a results CSV" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_tool("compare.py", tmp_path, "--last", 0)
     assert proc.returncode == 2 and "argument --last" in proc.stderr
+
+
+def test_cleanrl_speed_refuses_a_missing_python_or_script_and_reads_a_runs_rate(tmp_path):
+    proc = run_tool("cleanrl_speed.py", "--cleanrl-python", tmp_path / "no_python", "--cleanrl-script", tmp_path / "no.py")
+    assert proc.returncode == 2 and "argument --cleanrl-python: no file" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_tool("cleanrl_speed.py", "--cleanrl-python", sys.executable, "--cleanrl-script", tmp_path / "no.py")
+    assert proc.returncode == 2 and "argument --cleanrl-script: no file" in proc.stderr
+    # a run's rate: the steps between its second and last losses/td_loss over their wall-clock seconds
+    import cleanrl_speed  # from benchmark/, on the path (above)
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(tmp_path / "runs" / "a_run"))
+    for step, wall_time in [(1024, 100.0), (2048, 103.0), (3072, 105.0), (4096, 107.0)]:
+        summary = Summary(value=[Summary.Value(tag="losses/td_loss", simple_value=0.1)])
+        writer.add_event(Event(wall_time=wall_time, step=step, summary=summary))
+    writer.close()
+    assert cleanrl_speed.steps_per_second(str(tmp_path)) == pytest.approx((4096 - 2048) / (107.0 - 103.0))
