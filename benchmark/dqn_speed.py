@@ -6,13 +6,17 @@
 
 (a) the bare update rate: the same network, batch and gradient step in a tight loop on random data;
 (b) each script's steps/s in the learning phase (one update per --learn-steps-period steps, epsilon
-    at its end value so every step also runs the network to act);
+    at its end value so every step also runs the network to act); for dqn_atari.py, where its time
+    goes: its loop built up from its parts, an update, 4 acting passes, 4 game steps (learning_parts_ms),
+    against the script itself, whose rest is its logging and bookkeeping;
 (c) each script's steps/s in the warm-up phase (before learning starts, epsilon near 1 as in the
     first 80,000 steps of a default run);
 (d) the bare emulator: ale-py's AtariVectorEnv with random actions and nothing else;
 (e) the replay memory's bytes per transition;
 (f) with --all, the vectorized script's learning phase at K=32 and at K=4: the seed notes' question in time;
-(g) with --learn-steps-periods, dqn_atari.py's learning phase at other K, against K=4 and K x the bare updates.
+(g) with --learn-steps-periods, dqn_atari.py's learning phase at other K, against K=4 and K x the bare updates;
+(h) with --threads-counts, dqn_atari.py's learning phase (and with --all dqn_atari_mp.py's) with other torch
+    thread counts (OMP_NUM_THREADS), interleaved with its runs at torch's default, one thread per core.
 Rates come from the wall-clock times of the scripts' own TensorBoard events, so start-up is excluded.
 """
 
@@ -74,11 +78,86 @@ def bare_env_rate(envs_count, seconds):
     return steps / (time.perf_counter() - start)
 
 
-def phase_rate(script, args, learning):
-    """Steps/s of one script run, from the wall times of its charts/updates events in one phase."""
+def learning_parts_ms(seconds, batch_size=32):
+    """ms per 4 learning steps as dqn_atari.py's loop is built up from its parts, each build run in
+    turns of one second, interleaved: (1) one update (a replay sample, the TD target, a gradient
+    step); (2) and 4 acting passes (batch 1); (3) and 4 steps of the game, stored in the replay, the
+    emulator playing the 4th during the update: the loop without its logging and bookkeeping."""
+    q_network = dqn_atari.QNetwork(4).to(memory_format=torch.channels_last)
+    target_network = dqn_atari.QNetwork(4).to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4, fused=True)
+    games, replay, rng = dqn_atari.AtariGames("breakout", 1, 0), dqn_atari.ReplayMemory(10_000, 1), np.random.default_rng(0)
+
+    def update():
+        states, actions, rewards, next_states, dones = replay.sample(batch_size, rng)
+        states, next_states = torch.from_numpy(states), torch.from_numpy(next_states)
+        with torch.no_grad():
+            next_q_max = target_network(next_states).max(1).values
+            target = dqn_atari.td_target(torch.from_numpy(rewards).float(), torch.from_numpy(dones).float(), next_q_max, 0.99)
+        q_values = q_network(states).gather(1, torch.from_numpy(actions).long()[:, None]).squeeze(1)
+        loss = F.mse_loss(q_values, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    def play(epsilon, learn_at=None):
+        for step in range(4):
+            obs, firsts = games.obs, games.firsts
+            actions = dqn_atari.epsilon_greedy(q_network, obs, epsilon, 4, rng, "cpu")
+            agent_acted = games.send(actions)
+            if step == learn_at:
+                update()
+            rewards, dones, _ = games.recv()
+            replay.add(obs[:, -1], actions, rewards, dones, agent_acted, firsts)
+
+    def update_and_act():
+        for _ in range(4):
+            dqn_atari.epsilon_greedy(q_network, games.obs, 0.0, 4, rng, "cpu")
+        update()
+
+    play(1.0)
+    for _ in range(500):  # 2,000 random steps in the replay to sample from
+        play(1.0)
+    builds = {
+        "update": update,
+        "+ 4 acting passes": update_and_act,
+        "+ 4 game steps": lambda: play(0.0, learn_at=3),  # epsilon 0: every step acts with the network
+    }
+    spent, periods = dict.fromkeys(builds, 0.0), dict.fromkeys(builds, 0)
+    for build in builds.values():
+        build()  # warm
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for name, build in builds.items():
+            turn = time.perf_counter()
+            while time.perf_counter() - turn < 1.0:
+                build()
+                periods[name] += 1
+            spent[name] += time.perf_counter() - turn
+    games.envs.close()
+    return {name: 1000 * spent[name] / periods[name] for name in builds}
+
+
+def each_part(cumulative_ms):
+    """{build: ms} of builds that each add a part to the one before -> {part: the ms it adds}."""
+    names, totals = list(cumulative_ms), list(cumulative_ms.values())
+    return {name: total - before for name, total, before in zip(names, totals, [0.0] + totals[:-1])}
+
+
+def phase_rate(script, args, learning, threads=None):
+    """Steps/s of one script run, from the wall times of its charts/updates events in one phase;
+    threads: its torch thread count (OMP_NUM_THREADS), None for torch's default."""
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     with tempfile.TemporaryDirectory() as cwd:
         subprocess.run(
-            [sys.executable, os.path.join(ROOT, script), "--no-cuda", *args], cwd=cwd, check=True, stdout=subprocess.DEVNULL
+            [sys.executable, os.path.join(ROOT, script), "--no-cuda", *args],
+            cwd=cwd,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=env,
         )
         run_dir = os.path.join(cwd, "runs", os.listdir(os.path.join(cwd, "runs"))[0])
         events = EventAccumulator(run_dir)
@@ -108,13 +187,26 @@ def main():
         metavar="K",
         help="also measure dqn_atari.py's learning phase at these --learn-steps-period values, interleaved with its runs at 4",
     )
+    p.add_argument(
+        "--threads-counts",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help="also measure the learning phase with N torch threads (OMP_NUM_THREADS), interleaved with torch's default",
+    )
     args = p.parse_args()
     if any(k < 1 for k in args.learn_steps_periods):
         p.error("argument --learn-steps-periods: each K must be a positive integer")
+    if any(n < 1 for n in args.threads_counts):
+        p.error("argument --threads-counts: each N must be a positive integer")
+    os.environ.pop("OMP_NUM_THREADS", None)  # the scripts run with torch's default unless --threads-counts says
     torch.set_num_threads(os.cpu_count())  # the scripts' torch default; said on purpose
-    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads")
+    default_threads = torch.get_num_threads()
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {default_threads} threads")
 
     updates_per_s = bare_update_rate(args.seconds)
+    built_ms = learning_parts_ms(args.seconds * 1.5)
     env_1 = bare_env_rate(1, args.seconds / 3)
     rows = [
         ("bare update rate, batch 32 (updates/s)", f"{updates_per_s:.1f}", ""),
@@ -147,22 +239,40 @@ def main():
         "0.92",
     ]
     bound = 4 * updates_per_s
+    parts_ms = built_ms["+ 4 game steps"]  # the loop without its logging and bookkeeping
+    parts_bound = 4000 / parts_ms  # steps/s
+    mp = ["--workers-count", "2"]
     learning_runs, mp_learning_runs = [], []
     other_k_runs = {k: [] for k in args.learn_steps_periods}
+    other_threads_runs = {
+        (script, n): [] for n in args.threads_counts for script in ["dqn_atari.py"] + ["dqn_atari_mp.py"] * args.all
+    }
     for _ in range(args.repeats):  # interleaved, so that a drift of the machine's speed hits both alike
         learning_runs.append(phase_rate("dqn_atari.py", learn, learning=True))
         for k in other_k_runs:
             other_k_runs[k].append(phase_rate("dqn_atari.py", learn + ["--learn-steps-period", str(k)], learning=True))
         if args.all:
-            mp_learning_runs.append(phase_rate("dqn_atari_mp.py", learn + ["--workers-count", "2"], learning=True))
+            mp_learning_runs.append(phase_rate("dqn_atari_mp.py", learn + mp, learning=True))
+        for script, n in other_threads_runs:
+            flags = learn + (mp if script == "dqn_atari_mp.py" else [])
+            other_threads_runs[script, n].append(phase_rate(script, flags, learning=True, threads=n))
     learning = float(np.mean(learning_runs))
     warmup = phase_rate("dqn_atari.py", warm, learning=False)
     rows += [
         (
             f"dqn_atari.py learning phase (steps/s; runs: {', '.join(f'{r:.1f}' for r in learning_runs)})",
             f"{learning:.1f}",
-            f"{learning / bound:.0%} of 4 x bare updates (target >= 85%)",
+            f"{learning / parts_bound:.0%} of its loop's parts, {parts_bound:.1f} (target >= 90%); "
+            f"{learning / bound:.0%} of 4 x bare updates",
         ),
+    ]
+    script_ms = 4000 / learning
+    rows += [
+        (f"  ms per 4 learning steps: {name}", f"{ms:.1f}", f"{ms / script_ms:.0%} of dqn_atari.py's")
+        for name, ms in {**each_part(built_ms), "+ logging and bookkeeping": script_ms - parts_ms}.items()
+    ]
+    rows += [
+        ("  ms per 4 learning steps: dqn_atari.py", f"{script_ms:.1f}", "runs' mean"),
         (
             "dqn_atari.py warm-up phase (steps/s)",
             f"{warmup:,.0f}",
@@ -177,6 +287,17 @@ def main():
                 f"{', '.join(f'{r:.1f}' for r in runs)})",
                 f"{rate:.1f}",
                 f"{rate / learning:.2f} x at K=4; {rate / (k * updates_per_s):.0%} of {k} x bare updates",
+            )
+        )
+    for (script, n), runs in other_threads_runs.items():
+        rate = float(np.mean(runs))
+        default_rate = learning if script == "dqn_atari.py" else float(np.mean(mp_learning_runs))
+        rows.append(
+            (
+                f"{script}{' --workers-count 2' * (script == 'dqn_atari_mp.py')} learning, {n} torch thread(s) "
+                f"(steps/s; runs: {', '.join(f'{r:.1f}' for r in runs)})",
+                f"{rate:.1f}",
+                f"{rate / default_rate:.2f} x at torch's default ({default_threads})",
             )
         )
     if args.all:

@@ -481,3 +481,12 @@ def test_cleanrl_speed_refuses_a_missing_python_or_script_and_reads_a_runs_rate(
         writer.add_event(Event(wall_time=wall_time, step=step, summary=summary))
     writer.close()
     assert cleanrl_speed.steps_per_second(str(tmp_path)) == pytest.approx((4096 - 2048) / (107.0 - 103.0))
+
+
+def test_dqn_speed_refuses_a_thread_count_below_one_and_splits_the_loops_time_into_its_parts():
+    proc = run_tool("dqn_speed.py", "--threads-counts", 2, 0)
+    assert proc.returncode == 2 and "argument --threads-counts" in proc.stderr and "Traceback" not in proc.stderr
+    import dqn_speed  # from benchmark/, on the path (above)
+
+    built = {"update": 20.0, "+ 4 acting passes": 23.5, "+ 4 game steps": 26.0}
+    assert dqn_speed.each_part(built) == pytest.approx({"update": 20.0, "+ 4 acting passes": 3.5, "+ 4 game steps": 2.5})
