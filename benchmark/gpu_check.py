@@ -11,8 +11,10 @@ finite, and each run says it ran on the GPU; (4) the same training on the CPU (-
 --cpu-only, run (1) stands for it). It prints
 each script's learning-phase steps/s on the GPU, on the CPU and their ratio, then dqn_atari_mp.py's
 on the GPU at --workers-count 1, 2, 4 and 8: how many actors a GPU learner keeps up with, where
-cores and a GPU are plenty. Exit status 0 when every check passes, 1 with the failures listed, 2
-when there is no CUDA device and no --cpu-only (which puts the CPU in the GPU's place).
+cores and a GPU are plenty; and what its learner's copy of the weights for the workers (after every
+message of 32 transitions, from the GPU into shared CPU memory) costs against a message's time.
+Exit status 0 when every check passes, 1 with the failures listed, 2 when there is no CUDA device
+and no --cpu-only (which puts the CPU in the GPU's place).
 
 The learning phase: the DQN scripts learn after --learning-starts steps, the others from their first
 rollout. Its steps/s come from TensorBoard's wall times: the steps from a run's first loss event (the
@@ -175,6 +177,22 @@ def check_script(script, flags, device, scratch, args):
     return learning_phase_rate(logged, losses), learning_phase_rate(scalars(cpu_dir), losses)
 
 
+def weight_copy_ms(device, copies=50):
+    """ms of dqn_atari_mp.py's weight copy for its workers: the learner's Q-network on `device` into
+    the shared-memory CPU copy they act with (Breakout's 4 actions), as the learner does it."""
+    sys.path.insert(0, ROOT)
+    import dqn_atari_mp  # a tool may import a script; scripts never import each other
+
+    q_network = dqn_atari_mp.QNetwork(4).to(device, memory_format=torch.channels_last)
+    acting_network = dqn_atari_mp.QNetwork(4).to(memory_format=torch.channels_last).share_memory()
+    for _ in range(5):
+        acting_network.load_state_dict(q_network.state_dict())
+    start = time.perf_counter()
+    for _ in range(copies):
+        acting_network.load_state_dict(q_network.state_dict())
+    return 1000 * (time.perf_counter() - start) / copies
+
+
 def workers_rates(flags, device, scratch, args, checked_rate):
     """dqn_atari_mp.py's learning-phase steps/s on the GPU at each of --workers-counts; failures."""
     rates, failures = {}, []
@@ -256,6 +274,13 @@ def main():
             rate, base = mp_rates.get(workers), mp_rates.get(first)
             ratio = f"{rate / base:.2f}" if rate and base else ""
             print(f"| {workers} | {f'{rate:,.0f}' if rate else 'failed'} | {ratio} |")
+    if "dqn_atari_mp.py" in args.scripts:
+        copy_ms = weight_copy_ms(device)
+        line = f"\ndqn_atari_mp.py's weight copy for its workers, {gpu} to shared CPU memory: {copy_ms:.2f} ms"
+        rate = mp_rates.get(flag_value(all_flags["dqn_atari_mp.py"] + args.extra, "--workers-count", 2))
+        if rate:  # a message brings 32 transitions: 32 / rate seconds of the learning phase
+            line += f", {copy_ms / (32_000 / rate):.1%} of a message's time in the learning phase"
+        print(line)
     if failures:
         print(f"\nFAILED, {len(failures)} check(s):\n" + "\n".join(f"- {failure}" for failure in failures))
         return 1

@@ -59,6 +59,13 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
         assert re.search(rf"^\| {re.escape(script)} \| [\d,]+ \| [\d,]+ \| \d+\.\d\d \|$", out, re.M), (script, out[-2000:])
     assert "not timed: --workers-count 4, 8" in out
     assert re.search(r"^\| 1 \| [\d,]+ \| 1\.00 \|$", out, re.M) and re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\d \|$", out, re.M)
+    copy = re.search(
+        r"^dqn_atari_mp.py's weight copy for its workers, CPU as GPU to shared CPU memory: (\d+\.\d\d) ms, "
+        r"(\d+\.\d)% of a message's time in the learning phase$",
+        out,
+        re.M,
+    )
+    assert copy and float(copy.group(1)) > 0 and float(copy.group(2)) > 0, out[-2000:]
     assert out.rstrip().endswith("All checks passed.")
     # every run's files are removed (torch keeps a cache of its own in the temporary directory)
     assert not glob.glob(str(tmp_path / "tmp" / "gpu_check_*")) and not os.path.exists(tmp_path / "runs")
