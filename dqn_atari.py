@@ -708,7 +708,7 @@ class Checkpoints:
                 "generator": None if self.rng is None else self.rng.bit_generator.state,
                 "numpy_random": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
                 "torch_random": torch.get_rng_state(),
-                "cuda_random": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "cuda_random": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],  # a CUDA run's only
                 "python_random": random.getstate(),
                 "returns": [float(score) for score in self.progress.returns],
                 "replay": None if self.replay is None else self.replay.save(),  # the names of its files, written as it fills
