@@ -115,7 +115,6 @@ def learning_parts_ms(seconds, batch_size=32):
             dqn_atari.epsilon_greedy(q_network, games.obs, 0.0, 4, rng, "cpu")
         update()
 
-    play(1.0)
     for _ in range(500):  # 2,000 random steps in the replay to sample from
         play(1.0)
     builds = {
