@@ -506,7 +506,37 @@ def new_run_dir(run_name):
         n += 1
         run_dir = os.path.join("runs", f"{run_name}_{n}")
     os.makedirs(run_dir)
+    hold_run_dir(run_dir)  # so that no --resume writes into it while this run lives
     return run_dir
+
+
+HELD_RUN_DIRS = {}  # the run directories this process holds -> the descriptor that holds each
+
+
+def hold_run_dir(run_dir):
+    """Take RUN_DIR for this process, for as long as it lives: False where another process holds it
+    (two processes writing one run's checkpoints would spoil them). The system lets go of the lock
+    when the process ends, however it ends, kill -9 included, so a crashed run can be resumed. The
+    lock is flock's, on the directory itself (Linux, macOS); where there is none (Windows), or the
+    file system refuses it, the run goes on unguarded."""
+    if os.path.realpath(run_dir) in HELD_RUN_DIRS:
+        return True
+    try:
+        import fcntl
+
+        descriptor = os.open(run_dir, os.O_RDONLY)
+    except (ImportError, OSError):
+        return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return False
+    except OSError:
+        os.close(descriptor)
+        return True
+    HELD_RUN_DIRS[os.path.realpath(run_dir)] = descriptor
+    return True
 
 
 def start_wandb(args, run_dir):
@@ -885,6 +915,8 @@ def resumed_args(p, argv, run_dir):
     path = os.path.join(run_dir, CHECKPOINT)
     if not os.path.isdir(run_dir):
         p.error(f"argument --resume: {run_dir} is not a directory")
+    if not hold_run_dir(run_dir):
+        p.error(f"argument --resume: {run_dir} is in use: another process is running it")
     if not os.path.isfile(path):
         p.error(
             f"argument --resume: {run_dir} has no {CHECKPOINT} (a run writes one every --save-every steps and when stopped)"

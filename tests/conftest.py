@@ -118,6 +118,18 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def let_go_of_run_dirs():
+    """A script holds each run directory it makes or resumes for as long as its process lives
+    (hold_run_dir); the tests run many scripts' mains in one process: each test's are let go after it."""
+    yield
+    for name in ["dqn_atari", "dqn_atari_vec", "dqn_atari_mp", "a2c_batched", "ppo_atari", "pqn_atari"]:
+        held = getattr(sys.modules.get(name), "HELD_RUN_DIRS", {})
+        for descriptor in held.values():
+            os.close(descriptor)  # (closing it lets go of its lock)
+        held.clear()
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -260,6 +260,7 @@ def test_the_shared_code_is_the_same_in_every_script():
         "AtariGames",
         "number_type",
         "new_run_dir",
+        "hold_run_dir",
         "time_left",
         "Progress",
         "on_stop_signal",

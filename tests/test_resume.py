@@ -361,6 +361,27 @@ def test_a_finished_run_with_its_replay_goes_on_to_a_larger_total(finished_run, 
     assert os.path.getsize(os.path.join(run_dir, "checkpoint.pt")) < 10_000
 
 
+# ---------------------------------------------------------------- a run in use
+def test_a_live_run_is_not_resumed_until_its_process_ends(tmp_path, monkeypatch, capsys):
+    """A live run holds its directory: resuming it (as a second terminal, or a restart script, would)
+    is refused by every script, so no two processes write one run. Killed with SIGKILL, it lets go."""
+    run = start(
+        "dqn_atari.py", ["--total-timesteps", "100000", "--learning-starts", "100000", "--buffer-size", "1000"], tmp_path
+    )
+    try:
+        assert run.stdout.readline().startswith("runs")  # its first line: the run directory is made and held
+        run_dir = the_run_dir(tmp_path)
+        monkeypatch.chdir(tmp_path)
+        for script in SCRIPTS:
+            error = refused(script, ["--resume", run_dir], capsys)
+            assert error.endswith(f"argument --resume: {run_dir} is in use: another process is running it"), error
+    finally:
+        run.kill()
+        run.wait()
+    # gone with its process: now the directory's own state decides (no checkpoint yet after a SIGKILL this early)
+    assert "has no checkpoint.pt" in refused("dqn_atari.py", ["--resume", run_dir], capsys)
+
+
 # ---------------------------------------------------------------- a closed terminal
 def test_a_closed_terminal_stops_the_run_with_a_checkpoint(tmp_path):
     """The run in a terminal of its own (a pty), which is then closed: SIGHUP, and printing to the
