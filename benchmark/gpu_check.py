@@ -12,7 +12,9 @@ finite, and each run says it ran on the GPU; (4) the same training on the CPU (-
 each script's learning-phase steps/s on the GPU, on the CPU and their ratio, then dqn_atari_mp.py's
 on the GPU at --workers-count 1, 2, 4 and 8: how many actors a GPU learner keeps up with, where
 cores and a GPU are plenty; and what its learner's copy of the weights for the workers (after every
-message of 32 transitions, from the GPU into shared CPU memory) costs against a message's time.
+message of 32 transitions, from the GPU into shared CPU memory) costs against a message's time;
+and dqn_atari.py's learning phase on the CPU at 2, 4, 8 and 16 torch threads (--cpu-threads; given
+no count, none): whether torch's default, one thread per core, which the scripts keep, is best there too.
 Exit status 0 when every check passes, 1 with the failures listed, 2 when there is no CUDA device
 and no --cpu-only (which puts the CPU in the GPU's place).
 
@@ -105,11 +107,12 @@ def set_flag(flags, name, value):
     return flags[:i] + [name, str(value)] + flags[i + 2 :]
 
 
-def run(script, flags, scratch, args):
-    """Run a script as a user does, in a directory of its own; its output and its run directory."""
+def run(script, flags, scratch, args, threads=None):
+    """Run a script as a user does, in a directory of its own; its output and its run directory.
+    threads: its OMP_NUM_THREADS, where not --threads or the cores its workers leave."""
     command = [script, *flags, *args.extra]
     workers = flag_value(command, "--workers-count", 0) if script == "dqn_atari_mp.py" else 0
-    threads = str(args.threads or max(1, os.cpu_count() - workers))
+    threads = str(threads or args.threads or max(1, os.cpu_count() - workers))
     print(f"  python {shlex.join(command)}  (OMP_NUM_THREADS={threads})", end="", flush=True)
     cwd, start = tempfile.mkdtemp(dir=scratch), time.time()
     try:
@@ -210,6 +213,18 @@ def workers_rates(flags, device, scratch, args, checked_rate):
     return rates, failures
 
 
+def threads_rates(flags, scratch, args):
+    """dqn_atari.py's learning-phase steps/s on the CPU with each of --cpu-threads torch threads; failures."""
+    rates, failures = {}, []
+    for threads in args.cpu_threads:
+        try:
+            _, run_dir = run("dqn_atari.py", ["--no-cuda", *flags], scratch, args, threads=threads)
+            rates[threads] = learning_phase_rate(scalars(run_dir), DQN_LOSSES)
+        except CheckFailed as failure:
+            failures.append(f"dqn_atari.py with {threads} torch threads: {failure}")
+    return rates, failures
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cpu-only", action="store_true", help="run on the CPU what would run on the GPU (where there is no CUDA)")
@@ -225,6 +240,15 @@ def main():
     )
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every run (default: the cores its workers leave)")
     p.add_argument(
+        "--cpu-threads",
+        type=int,
+        nargs="*",
+        default=[2, 4, 8, 16],
+        metavar="N",
+        help="torch thread counts at which dqn_atari.py's learning phase is timed on the CPU (those above the cores "
+        "are skipped): the scripts keep torch's default, one thread per core; is it the best here?",
+    )
+    p.add_argument(
         "--extra",
         type=shlex.split,
         default=[],
@@ -232,8 +256,9 @@ def main():
     )
     p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
     args = p.parse_args()
-    if min(args.workers_counts) < 1 or (args.threads is not None and args.threads < 1):
-        p.error("--workers-counts and --threads take positive integers")
+    if min(args.workers_counts) < 1 or min(args.cpu_threads, default=1) < 1 or (args.threads is not None and args.threads < 1):
+        p.error("--workers-counts, --cpu-threads and --threads take positive integers")
+    args.cpu_threads = [n for n in args.cpu_threads if n <= os.cpu_count()]
     if not args.cpu_only and not torch.cuda.is_available():
         message = f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) finds none"
         p.exit(2, f"{message}; --cpu-only runs the same checks on the CPU\n")
@@ -242,7 +267,7 @@ def main():
     machine = f"torch {torch.__version__} (CUDA {torch.version.cuda}) | GPU: {gpu_name} | {os.cpu_count()} CPU cores"
     print(f"{datetime.datetime.now():%Y-%m-%d %H:%M} | {machine}", flush=True)
     all_flags = QUICK_FLAGS if args.quick else FLAGS
-    rates, mp_rates, failures = {}, {}, []
+    rates, mp_rates, cpu_rates, failures = {}, {}, {}, []
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as scratch:
         for script in args.scripts:
             print(f"{script}:", flush=True)
@@ -255,6 +280,10 @@ def main():
             checked_rate = rates.get("dqn_atari_mp.py", (None, None))[0]
             mp_rates, mp_failures = workers_rates(all_flags["dqn_atari_mp.py"], device, scratch, args, checked_rate)
             failures += mp_failures
+        if args.cpu_threads:
+            print(f"dqn_atari.py on the CPU with {' '.join(map(str, args.cpu_threads))} torch threads:", flush=True)
+            cpu_rates, cpu_failures = threads_rates(all_flags["dqn_atari.py"], scratch, args)
+            failures += cpu_failures
 
     quick = " (--quick: tiny runs, the rates mean little)" if args.quick else ""
     print(f"\nLearning phase, steps/s{quick}\n\n| script | {gpu} | CPU | {gpu} / CPU |\n|---|---:|---:|---:|")
@@ -274,6 +303,15 @@ def main():
             rate, base = mp_rates.get(workers), mp_rates.get(first)
             ratio = f"{rate / base:.2f}" if rate and base else ""
             print(f"| {workers} | {f'{rate:,.0f}' if rate else 'failed'} | {ratio} |")
+    if args.cpu_threads:
+        print(
+            f"\ndqn_atari.py, learning phase on the CPU by torch threads, steps/s{quick} (the scripts keep torch's "
+            f"default, one thread per core; this machine has {os.cpu_count()} CPUs)\n"
+        )
+        print("| torch threads | steps/s |\n|---:|---:|")
+        for threads in args.cpu_threads:
+            rate = cpu_rates.get(threads)
+            print(f"| {threads} | {f'{rate:,.0f}' if rate else 'failed'} |")
     if "dqn_atari_mp.py" in args.scripts:
         copy_ms = weight_copy_ms(device)
         line = f"\ndqn_atari_mp.py's weight copy for its workers, {gpu} to shared CPU memory: {copy_ms:.2f} ms"

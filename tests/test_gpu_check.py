@@ -51,6 +51,7 @@ def test_every_script_takes_the_flags_and_logs_the_tags_of_the_check():
 def test_the_whole_check_passes_on_the_cpu(tmp_path):
     # One torch thread: the runs are tiny, and on a busy machine more threads only wait for each other.
     args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari_mp.py", "--workers-counts", "1", "2"]
+    args += ["--cpu-threads", "1", "2", "64"]  # 64: more than this machine has, skipped
     status, out, err = gpu_check(args, tmp_path)
     assert status == 0, out[-3000:] + err[-3000:]
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d \| torch \S+ .*\| GPU: none, --cpu-only.* \| \d+ CPU cores\n", out), out[:300]
@@ -59,6 +60,9 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
         assert re.search(rf"^\| {re.escape(script)} \| [\d,]+ \| [\d,]+ \| \d+\.\d\d \|$", out, re.M), (script, out[-2000:])
     assert "not timed: --workers-count 4, 8" in out
     assert re.search(r"^\| 1 \| [\d,]+ \| 1\.00 \|$", out, re.M) and re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\d \|$", out, re.M)
+    assert "dqn_atari.py, learning phase on the CPU by torch threads" in out
+    assert re.search(r"^\| 1 \| [\d,]+ \|$", out, re.M) and re.search(r"^\| 2 \| [\d,]+ \|$", out, re.M)
+    assert not re.search(r"^\| 64 \|", out, re.M)
     copy = re.search(
         r"^dqn_atari_mp.py's weight copy for its workers, CPU as GPU to shared CPU memory: (\d+\.\d\d) ms, "
         r"(\d+\.\d)% of a message's time in the learning phase$",
@@ -74,6 +78,7 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
 def test_a_failed_check_is_reported(tmp_path):
     # 40 steps: too few for a DQN update to be logged, or a game to end
     args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari.py", "--extra=--total-timesteps 40"]
+    args += ["--cpu-threads"]  # none
     status, out, err = gpu_check(args, tmp_path)
     assert status == 1, out[-3000:] + err[-3000:]
     failure = re.search(r"^FAILED, 1 check\(s\):\n- dqn_atari.py: not logged: (.*)$", out, re.M)
