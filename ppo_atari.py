@@ -479,23 +479,21 @@ def hold_run_dir(run_dir):
     when the process ends, however it ends, kill -9 included, so a crashed run can be resumed. The
     lock is flock's, on the directory itself (Linux, macOS); where there is none (Windows), or the
     file system refuses it, the run goes on unguarded."""
-    if os.path.realpath(run_dir) in HELD_RUN_DIRS:
+    path = os.path.realpath(run_dir)
+    if path in HELD_RUN_DIRS:
         return True
     try:
         import fcntl
 
-        descriptor = os.open(run_dir, os.O_RDONLY)
+        descriptor = os.open(path, os.O_RDONLY)
     except (ImportError, OSError):
         return True
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    except OSError as refusal:
         os.close(descriptor)
-        return False
-    except OSError:
-        os.close(descriptor)
-        return True
-    HELD_RUN_DIRS[os.path.realpath(run_dir)] = descriptor
+        return not isinstance(refusal, BlockingIOError)  # BlockingIOError: another process holds it
+    HELD_RUN_DIRS[path] = descriptor
     return True
 
 
