@@ -260,11 +260,13 @@ def gae(rewards, values, dones, agent_acted, next_values, gamma, gae_lambda):
 
     delta_t, step t's TD error, is the advantage of a2c_batched.py: cheap in variance, but only as
     right as the critic; summing the later ones with weights (gamma * lambda)^k trades some of
-    that bias for variance. rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when
-    step t ended the episode for learning: no bootstrap and no advantage flow back across it.
-    agent_acted[t] is False for a step played for the agent: its advantage is 0 and nothing flows through
-    it (after a time-limit truncation, the step before keeps its bootstrap from V of the game's last
-    observation). next_values is V of the observation after the last step."""
+    that bias for variance.
+
+    rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended the
+    episode for learning: no bootstrap and no advantage flow back across it. agent_acted[t] is False
+    for a step played for the agent: its advantage is 0 and nothing flows through it (after a
+    time-limit truncation, the step before keeps its bootstrap from V of the game's last observation).
+    next_values is V of the observation after the last step."""
     advantages = torch.zeros_like(rewards)
     following = torch.zeros_like(next_values)  # A_{t+1}
     for t in reversed(range(len(rewards))):
@@ -293,7 +295,7 @@ def main(argv=None):
     # channels_last: the memory layout oneDNN's CPU convolutions run fastest on; fused: Adam in one pass
     agent = Agent(actions_count).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    # The rollout: one row per step, kept whole because PPO goes over it several times.
+    # The rollout: one row per step, kept whole because the update goes over it several times.
     rollout_shape = (args.rollout_length, games.envs.num_envs)
     rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
     rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)

@@ -271,8 +271,10 @@ def q_lambda_returns(rewards, values, dones, agent_acted, next_values, gamma, q_
 
     V(s) here is max_a Q(s, a), the greedy policy's value. With lambda = 0 the target is DQN's
     one-step TD target; towards 1 it leans less on the network and more on the rewards that
-    followed. rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended
-    the episode for learning: its target is its reward alone. agent_acted[t] is False for a step played
+    followed.
+
+    rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended the
+    episode for learning: its target is its reward alone. agent_acted[t] is False for a step played
     for the agent: its target is 0 (never learnt from), and the step before bootstraps wholly from
     V of the observation it led to (after a time-limit truncation, the game's last observation).
     next_values is V of the observation after the last step."""
