@@ -972,6 +972,8 @@ def model_error(path, env_id, actions_count):
         return f"{path} is not a model saved by {SCRIPT} --save-model"
     if model["script"] != SCRIPT:
         return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
+    if "state_dict" not in model:  # the checkpoint.pt a finished run leaves: only what tells --resume that it ended
+        return f"{path} is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it"
     if model["actions_count"] != actions_count:
         return (
             f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "
@@ -998,6 +1000,10 @@ def evaluate_and_log(network, args, run_dir, writer, device):
         for signum in STOP_SIGNALS:  # Ctrl-C, kill or a closed terminal ends them at once, as by default
             signal.signal(signum, signal.SIG_DFL)
     video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
+    evaluations = 1
+    while video_dir and os.path.exists(video_dir):  # a finished run resumed: the earlier evaluation's videos stay
+        evaluations += 1
+        video_dir = os.path.join(run_dir, f"videos_{evaluations}")
     if video_dir:
         os.makedirs(video_dir)
     returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)

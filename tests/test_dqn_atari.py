@@ -313,6 +313,7 @@ def test_capture_video_writes_the_evaluation_games(tmp_path):
             "--capture-video",
             "--eval-episodes",
             "1",
+            "--keep-checkpoint",
         ],
         tmp_path,
     )
@@ -323,6 +324,13 @@ def test_capture_video_writes_the_evaluation_games(tmp_path):
     screen, view = (iio.imread(os.path.join(run_dir, "videos", video)) for video in videos)
     assert screen.shape[1:] == (210, 160, 3) and view.shape[1:] == (336, 336, 3)
     assert len(screen) == len(view) > 50 and screen.max() > 0
+    # The finished run goes on and is evaluated again: its first videos stay as they were, the new ones beside them.
+    first = {video: os.stat(os.path.join(run_dir, "videos", video)).st_mtime_ns for video in videos}
+    resume = [sys.executable, os.path.join(ROOT, "dqn_atari.py"), "--resume", run_dir, "--total-timesteps", "250"]
+    proc = subprocess.run(resume, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert {video: os.stat(os.path.join(run_dir, "videos", video)).st_mtime_ns for video in videos} == first
+    assert sorted(os.listdir(os.path.join(run_dir, "videos_2"))) == videos
 
 
 # Run a script as on a system with no /proc/meminfo and no os.sysconf (Windows; macOS lacks SC_AVPHYS_PAGES).

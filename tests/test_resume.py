@@ -359,6 +359,9 @@ def test_a_finished_run_with_its_replay_goes_on_to_a_larger_total(finished_run, 
     assert read_scalars(run_dir)["charts/updates"][1][-1] == (150 - 50) // 8
     assert not os.path.exists(os.path.join(run_dir, "replay"))  # no --keep-checkpoint this time: only what says it ended
     assert os.path.getsize(os.path.join(run_dir, "checkpoint.pt")) < 10_000
+    # and that small checkpoint is no model: --eval-model says so, not a KeyError
+    error = refused("dqn_atari.py", ["--eval-model", os.path.join(run_dir, "checkpoint.pt")], capsys)
+    assert "is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it" in error
 
 
 # ---------------------------------------------------------------- a run in use
