@@ -19,7 +19,7 @@ no step (runs of a few games) is not drawn, and named as such. --wall-clock draw
 against wall-clock minutes from each run's start instead: only for runs that each ran alone on the
 machine, since runs that shared cores or were paused would be drawn as if slow.
 
-    python benchmark/compare.py docs/results/pqn_vs_dqn --reach 10 --wall-clock --plot time.png
+    python benchmark/compare.py docs/results_alone --reach 5 --wall-clock --plot time.png
 """
 
 import argparse
@@ -34,9 +34,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 SHOWN = ("exp_name", "seed", "env_id", "total_timesteps", "envs_count", "workers_count", "learn_steps_period")
 # flags that change nothing a run learns (saving, watching): runs that differ only in these, or
 # that ran before such a flag existed, are one setting
-PLUMBING = ("seed", "save_model", "save_every", "resume", "keep_replay")
+PLUMBING = ("seed", "save_model", "save_every", "resume", "keep_checkpoint", "keep_replay")  # keep_replay: its old name
 PLUMBING += ("eval_model", "eval_episodes", "eval_epsilon", "capture_video")
 PLUMBING += ("track", "wandb_project_name", "wandb_entity")  # where the logs are mirrored
+PLUMBING += ("cuda",)  # where it ran: on a CPU-only machine --no-cuda changes nothing
 
 
 def find_runs(paths):
