@@ -46,8 +46,10 @@ STACK = 4
 # ---------------------------------------------------------------- flags
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
-    p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
+    p.add_argument(
+        "--exp-name", type=experiment_name, default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment"
+    )
+    p.add_argument("--seed", type=seed_number, default=1, help="seed of the experiment")
     p.add_argument(
         "--torch-deterministic", action=argparse.BooleanOptionalAction, default=True, help="make cudnn deterministic"
     )
@@ -408,8 +410,17 @@ def number_type(name, kind, is_allowed, allowed):
 
 positive_int = number_type("positive_int", int, lambda value: value >= 1, "a positive integer")
 non_negative_int = number_type("non_negative_int", int, lambda value: value >= 0, "an integer >= 0")
-positive_float = number_type("positive_float", float, lambda value: value > 0, "a number > 0")
+positive_float = number_type("positive_float", float, lambda value: 0 < value < float("inf"), "a finite number > 0")
 probability = number_type("probability", float, lambda value: 0.0 <= value <= 1.0, "in [0, 1]")
+# ALE takes seeds below 2**31; the games take seed + i and the evaluation seed + 100: room is left for them
+seed_number = number_type("seed_number", int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]")
+
+
+def experiment_name(text):
+    """An argparse type: --exp-name names the run's directory and the model file in it, NAME.pt."""
+    if not 0 < len(text) <= 100 or "/" in text or "\\" in text or text in (".", "..", CHECKPOINT[: -len(".pt")]):
+        raise argparse.ArgumentTypeError(f"must be a name of 1 to 100 characters, no / or \\, not checkpoint; got '{text}'")
+    return text
 
 
 def rom_name(env_id):
@@ -974,6 +985,8 @@ def model_error(path, env_id, actions_count):
         return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
     if "state_dict" not in model:  # the checkpoint.pt a finished run leaves: only what tells --resume that it ended
         return f"{path} is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it"
+    if rom_name(model["env_id"]) != rom_name(env_id):
+        return f"{path} plays {model['env_id']}, not {env_id}: add --env-id {model['env_id']}"
     if model["actions_count"] != actions_count:
         return (
             f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "

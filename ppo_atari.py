@@ -53,8 +53,10 @@ STACK = 4
 # ---------------------------------------------------------------- flags
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--exp-name", default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment")
-    p.add_argument("--seed", type=int, default=1, help="seed of the experiment")
+    p.add_argument(
+        "--exp-name", type=experiment_name, default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment"
+    )
+    p.add_argument("--seed", type=seed_number, default=1, help="seed of the experiment")
     p.add_argument(
         "--torch-deterministic", action=argparse.BooleanOptionalAction, default=True, help="make cudnn deterministic"
     )
@@ -417,9 +419,18 @@ def number_type(name, kind, is_allowed, allowed):
 
 
 positive_int = number_type("positive_int", int, lambda value: value >= 1, "a positive integer")
-positive_float = number_type("positive_float", float, lambda value: value > 0, "a number > 0")
-non_negative_float = number_type("non_negative_float", float, lambda value: value >= 0, "a number >= 0")
+positive_float = number_type("positive_float", float, lambda value: 0 < value < float("inf"), "a finite number > 0")
+non_negative_float = number_type("non_negative_float", float, lambda value: 0 <= value < float("inf"), "a finite number >= 0")
 probability = number_type("probability", float, lambda value: 0.0 <= value <= 1.0, "in [0, 1]")
+# ALE takes seeds below 2**31; the games take seed + i and the evaluation seed + 100: room is left for them
+seed_number = number_type("seed_number", int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]")
+
+
+def experiment_name(text):
+    """An argparse type: --exp-name names the run's directory and the model file in it, NAME.pt."""
+    if not 0 < len(text) <= 100 or "/" in text or "\\" in text or text in (".", "..", CHECKPOINT[: -len(".pt")]):
+        raise argparse.ArgumentTypeError(f"must be a name of 1 to 100 characters, no / or \\, not checkpoint; got '{text}'")
+    return text
 
 
 def rom_name(env_id):
@@ -427,6 +438,22 @@ def rom_name(env_id):
     name = env_id.split("/")[-1]
     name = re.sub(r"(NoFrameskip)?(-v\d+)?$", "", name)
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+EMULATOR_BYTES = 3 * 2**19  # one game's emulator and frames: 1.4-1.6 MiB measured (8 to 256 games)
+
+
+def available_memory_bytes():
+    """Free memory in bytes, or None where the system does not tell (macOS, Windows): then nothing is checked."""
+    try:  # Linux's MemAvailable counts the page cache that can be freed
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        pass
+    try:  # other Unixes; macOS has no SC_AVPHYS_PAGES (ValueError), Windows no os.sysconf at all
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def check_args(p, args):
@@ -437,6 +464,18 @@ def check_args(p, args):
                 f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
                 f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')"
             )
+    needed, free = args.envs_count * EMULATOR_BYTES, available_memory_bytes()
+    if free is not None and needed > free and args.eval_model is None:
+        p.error(
+            f"argument --envs-count: {args.envs_count:,} games "
+            f"need {needed / 2**30:.1f} GiB but only {free / 2**30:.1f} GiB of memory is free"
+        )
+    needed, free = args.rollout_length * args.envs_count * STACK * FRAME_SHAPE[0] * FRAME_SHAPE[1], available_memory_bytes()
+    if free is not None and needed > free and args.eval_model is None:
+        p.error(
+            f"argument --rollout-length: {args.rollout_length:,} steps of {args.envs_count:,} games "
+            f"need {needed / 2**30:.1f} GiB but only {free / 2**30:.1f} GiB of memory is free"
+        )
     if args.capture_video:
         try:
             import imageio  # noqa: F401
@@ -449,6 +488,8 @@ def check_args(p, args):
         except ImportError:
             p.error("argument --track: needs wandb: pip install wandb")
     # At most 3 steps in a row are played for the agent (a reset, FIRE, 2): >= envs * (length // 4) transitions
+    if args.rollout_length < 4:
+        p.error("argument --rollout-length: must be at least 4 (up to 3 steps in a row are played for the agent)")
     if args.num_minibatches > args.envs_count * (args.rollout_length // 4):
         p.error(
             f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 4) = "
@@ -841,6 +882,8 @@ def model_error(path, env_id, actions_count):
         return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
     if "state_dict" not in model:  # the checkpoint.pt a finished run leaves: only what tells --resume that it ended
         return f"{path} is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it"
+    if rom_name(model["env_id"]) != rom_name(env_id):
+        return f"{path} plays {model['env_id']}, not {env_id}: add --env-id {model['env_id']}"
     if model["actions_count"] != actions_count:
         return (
             f"{path} plays {model['env_id']} with {model['actions_count']} actions, {env_id} has {actions_count}: "

@@ -214,9 +214,9 @@ def test_eval_model_refuses_what_it_cannot_play(stopped, script, in_tmp, capsys)
     for argv, why in [
         (["--eval-model", "missing.pt"], "cannot read missing.pt: No such file or directory"),
         (["--eval-model", other], f"{other} was saved by {other_script}: watch it with python {other_script}"),
-        (
-            ["--eval-model", own, "--env-id", "PongNoFrameskip-v4"],
-            "plays BreakoutNoFrameskip-v4 with 4 actions, PongNoFrameskip-v4 has 6: add --env-id BreakoutNoFrameskip-v4",
+        (  # Atlantis has Breakout's 4 actions: the game is told by its name, not by the network's shape
+            ["--eval-model", own, "--env-id", "AtlantisNoFrameskip-v4"],
+            "plays BreakoutNoFrameskip-v4, not AtlantisNoFrameskip-v4: add --env-id BreakoutNoFrameskip-v4",
         ),
         (["--eval-model", "notes.pt"], f"notes.pt is not a model saved by {script} --save-model"),
     ]:
@@ -252,6 +252,43 @@ def test_time_left_by_hand(script):
     assert time_left(360_000 * 100, 100) == "100h00m"
 
 
+# ---------------------------------------------------------------- input every script refuses
+SIZES = {  # the flag that sizes what each script holds in memory, at a value no machine has memory for
+    "dqn_atari.py": ("--buffer-size", "10000000000"),
+    "dqn_atari_vec.py": ("--envs-count", "100000000"),
+    "dqn_atari_mp.py": ("--workers-count", "100000000"),
+    "a2c_batched.py": ("--rollout-length", "100000000"),
+    "ppo_atari.py": ("--rollout-length", "100000000"),
+    "pqn_atari.py": ("--rollout-length", "100000000"),
+}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, in_tmp, capsys):
+    """ALE takes seeds below 2**31; --exp-name names a file in the run directory, so it may not leave
+    it or take the checkpoint's name; an infinite learning rate would train to NaN; a size beyond
+    the free memory would fail (or swap) after the run had started."""
+    flag, size = SIZES[script]
+    name_rule = "must be a name of 1 to 100 characters, no / or \\, not checkpoint; got"
+    for argv, why in [
+        (["--seed", "-1"], "argument --seed: must be in [0, 2**30], got -1"),
+        (["--seed", str(2**31)], f"argument --seed: must be in [0, 2**30], got {2**31}"),
+        (["--exp-name", "checkpoint"], f"argument --exp-name: {name_rule} 'checkpoint'"),
+        (["--exp-name", "../mine"], f"argument --exp-name: {name_rule} '../mine'"),
+        (["--exp-name", "x" * 101], f"argument --exp-name: {name_rule} '{'x' * 101}'"),
+        (["--learning-rate", "inf"], "argument --learning-rate: must be a finite number > 0, got inf"),
+        ([flag, size], f"argument {flag}: "),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            module(script).main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if "error:" in line]
+        assert len(errors) == 1 and why in errors[0] and "Traceback" not in err, err
+        assert not os.path.exists("runs")
+    assert "GiB of memory is free" in errors[0]  # the size's refusal, the last one
+
+
 def test_the_shared_code_is_the_same_in_every_script():
     for name in [
         "rom_name",
@@ -262,6 +299,8 @@ def test_the_shared_code_is_the_same_in_every_script():
         "new_run_dir",
         "hold_run_dir",
         "time_left",
+        "experiment_name",
+        "available_memory_bytes",
         "Progress",
         "on_stop_signal",
         "Checkpoints",
