@@ -192,6 +192,7 @@ def test_same_seed_same_run(in_tmp):
 BAD_INPUTS = [
     ("--envs-count", "0"),
     ("--rollout-length", "0"),
+    ("--rollout-length", "3"),  # shorter than the 3 steps in a row a game may play for the agent, plus one
     ("--learning-rate", "-1"),
     ("--gamma", "1.5"),
     ("--env-id", "NoSuchGame-v4"),
