@@ -493,9 +493,14 @@ def check_args(p, args):
             p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
     if args.track:
         try:
-            import wandb  # noqa: F401
+            import wandb
         except ImportError:
             p.error("argument --track: needs wandb: pip install wandb")
+        if os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):
+            try:  # the API key, asked for here in a terminal; elsewhere wandb.init would fail once the run has begun
+                wandb.login(verify=False)
+            except wandb.errors.UsageError as error:
+                p.error(f"argument --track: {error} Or keep the run on disk: WANDB_MODE=offline")
     envs = make_env(args.env_id, 1, 0)
     envs.close()
     if not isinstance(envs.single_action_space, Discrete):

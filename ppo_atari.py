@@ -484,9 +484,14 @@ def check_args(p, args):
             p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
     if args.track:
         try:
-            import wandb  # noqa: F401
+            import wandb
         except ImportError:
             p.error("argument --track: needs wandb: pip install wandb")
+        if os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):
+            try:  # the API key, asked for here in a terminal; elsewhere wandb.init would fail once the run has begun
+                wandb.login(verify=False)
+            except wandb.errors.UsageError as error:
+                p.error(f"argument --track: {error} Or keep the run on disk: WANDB_MODE=offline")
     # At most 3 steps in a row are played for the agent (a reset, FIRE, 2): >= envs * (length // 4) transitions
     if args.rollout_length < 4:
         p.error("argument --rollout-length: must be at least 4 (up to 3 steps in a row are played for the agent)")

@@ -34,6 +34,28 @@ def test_track_without_wandb_fails_at_once(script, in_tmp, monkeypatch, capsys):
     assert_refused(script.main, ["--track"], "--track: needs wandb: pip install wandb", capsys)
 
 
+def test_track_without_an_api_key_fails_at_once(tmp_path):
+    """No W&B key and no terminal to ask for one: each script stops before its run begins, not after."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")} | {"HOME": str(tmp_path)}
+    runs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, f"{script.__name__}.py"), "--track"],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for script in SCRIPTS
+    ]
+    for script, run in zip(SCRIPTS, runs):
+        err = run.communicate(timeout=120)[1]
+        assert run.returncode == 2 and "Traceback" not in err, err
+        assert err.splitlines()[-1].startswith(f"{script.__name__}.py: error: argument --track: No API key configured.")
+        assert err.splitlines()[-1].endswith("Or keep the run on disk: WANDB_MODE=offline")
+    assert not os.path.exists(tmp_path / "runs")
+
+
 def random_q_network(rng, chosen):
     """A Q-network for dqn_atari.py's evaluate: a random greedy action each time it is asked, noted in `chosen`."""
 
@@ -113,7 +135,7 @@ def wandb_records(offline_dir):
     return records
 
 
-def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path):
+def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path, monkeypatch):
     """A short training run with --track, offline, its evaluation game filmed: the W&B run holds every
     TensorBoard scalar, the flags, the run directory's name, the script's code and the game's video.
     Resumed to a larger total, it goes on in the same W&B run (the same id)."""
@@ -142,6 +164,7 @@ def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path):
     (run,) = [r.run for r in records if r.HasField("run")]
     assert run.display_name == os.path.basename(run_dir) and run.project == "cleanRL"
     config = {item.key: json.loads(item.value_json) for item in run.config.update if item.key != "_wandb"}
+    monkeypatch.setenv("WANDB_MODE", "offline")  # parse_args would ask W&B for an API key otherwise
     assert config == vars(dqn_atari.parse_args(flags + ["--track"]))
 
     history = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item} for r in records]
