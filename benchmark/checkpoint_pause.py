@@ -48,7 +48,7 @@ def timed(replay_files, module):
     return parts
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--buffer-size", type=int, default=1_000_000)
     p.add_argument("--save-every", type=int, default=100_000)
@@ -56,7 +56,19 @@ def main():
     p.add_argument("--checkpoints", type=int, default=3, help="checkpoints measured once the ring is full")
     p.add_argument("--dir", default=None, help="where the run directory goes (default: a temporary directory)")
     p.add_argument("--no-checkpoints", action="store_true", help="the same run writing nothing: its memory, for comparison")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    for flag, value in (
+        ("--buffer-size", args.buffer_size),
+        ("--save-every", args.save_every),
+        ("--checkpoints", args.checkpoints),
+    ):
+        if value < 1:
+            p.error(f"argument {flag}: must be a positive integer, got {value}")
+    if not args.rate > 0:  # (nan too)
+        p.error(f"argument --rate: must be a number of steps/s above 0, got {args.rate}")
+    # the temporary directory is made in it, and deleted after: a folder made for it would be left behind
+    if args.dir is not None and not (os.path.isdir(args.dir) and os.access(args.dir, os.W_OK | os.X_OK)):
+        p.error(f"argument --dir: no folder {args.dir} that this user can write into")
     import torch
 
     torch.set_num_threads(1)

@@ -341,11 +341,24 @@ def main(argv=None):
             import matplotlib
 
             matplotlib.use("Agg")
+            import matplotlib.figure
             import matplotlib.pyplot as plt
         except ImportError:
             p.error("argument --plot: needs matplotlib: pip install matplotlib")
+        formats = matplotlib.figure.Figure().canvas.get_supported_filetypes()  # {extension: description}
+        if os.path.splitext(args.plot)[1][1:].lower() not in formats:
+            p.error(f"argument --plot: {args.plot}: matplotlib writes only .{', .'.join(sorted(formats))} files")
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            p.error(f"argument --plot: no folder {folder} to write it into")
+        if os.path.isdir(args.plot):
+            p.error(f"argument --plot: {args.plot} is a folder, not a file")
     if args.wall_clock and not args.plot:
         p.error("argument --wall-clock: draws a panel of --plot; give --plot FILE.png too")
+    if args.export and os.path.exists(args.export) and not os.path.isdir(args.export):
+        p.error(f"argument --export: {args.export} is a file, not a folder")
+    if args.reach is not None and not np.isfinite(args.reach):
+        p.error(f"argument --reach: must be a finite score, got {args.reach}")
     missing = [path for path in args.runs_dirs if not os.path.exists(path)]
     if missing:
         p.error(f"argument RUN: no such file or directory: {', '.join(missing)}")
@@ -354,7 +367,10 @@ def main(argv=None):
         p.error(f"argument RUN: no run directories (TensorBoard events) or results CSVs under {', '.join(args.runs_dirs)}")
 
     if args.export:
-        os.makedirs(args.export, exist_ok=True)
+        try:
+            os.makedirs(args.export, exist_ok=True)
+        except OSError as error:  # a file on its path, no permission
+            p.error(f"argument --export: cannot make the folder {args.export}: {error.strerror}")
         for run_dir in (source for source in sources if os.path.isdir(source)):
             path = os.path.join(args.export, os.path.basename(os.path.normpath(run_dir)) + ".csv")
             if os.path.exists(path):

@@ -167,7 +167,7 @@ def phase_rate(script, args, learning, threads=None):
     return (last.step - first.step) / (last.wall_time - first.wall_time)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--all", action="store_true", help="also measure dqn_atari_vec.py and dqn_atari_mp.py")
     p.add_argument("--seconds", type=float, default=30, help="length of each bare measurement")
@@ -194,7 +194,12 @@ def main():
         metavar="N",
         help="also measure the learning phase with N torch threads (OMP_NUM_THREADS), interleaved with torch's default",
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    # 1 s at least: a shorter bare measurement may end before its first update, a rate of 0 divided by later
+    if not 1 <= args.seconds < float("inf"):
+        p.error(f"argument --seconds: must be a finite number of seconds, 1 or more, got {args.seconds}")
+    if args.repeats < 1:
+        p.error(f"argument --repeats: must be a positive integer, got {args.repeats}")
     if any(k < 1 for k in args.learn_steps_periods):
         p.error("argument --learn-steps-periods: each K must be a positive integer")
     if any(n < 1 for n in args.threads_counts):

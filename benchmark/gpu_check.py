@@ -225,7 +225,7 @@ def threads_rates(flags, scratch, args):
     return rates, failures
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cpu-only", action="store_true", help="run on the CPU what would run on the GPU (where there is no CUDA)")
     p.add_argument("--quick", action="store_true", help="the smallest runs that pass every check; their rates mean little")
@@ -255,9 +255,11 @@ def main():
         help="flags added to every run of every script, e.g. --extra='--env-id PongNoFrameskip-v4'",
     )
     p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if min(args.workers_counts) < 1 or min(args.cpu_threads, default=1) < 1 or (args.threads is not None and args.threads < 1):
         p.error("--workers-counts, --cpu-threads and --threads take positive integers")
+    if not 0 < args.timeout < float("inf"):  # (nan too)
+        p.error(f"argument --timeout: must be a finite number of seconds above 0, got {args.timeout}")
     args.cpu_threads = [n for n in args.cpu_threads if n <= os.cpu_count()]
     if not args.cpu_only and not torch.cuda.is_available():
         message = f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) finds none"

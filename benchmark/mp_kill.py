@@ -177,8 +177,8 @@ def main():
     args = p.parse_args()
     if args.tries < 1:
         p.error(f"argument --tries: must be a positive integer, got {args.tries}")
-    if args.max_delay < 0:
-        p.error(f"argument --max-delay: must be >= 0, got {args.max_delay}")
+    if not 0 <= args.max_delay < float("inf"):  # (nan too: time.sleep refuses it, once the runs have started)
+        p.error(f"argument --max-delay: must be a finite number of seconds >= 0, got {args.max_delay}")
     if not become_subreaper():
         print("note: no prctl (not Linux): orphans go to init, and a zombie it has not reaped yet counts as alive")
     rng = random.Random(args.seed)

@@ -63,14 +63,20 @@ def whole_checkpoint(run_dir):
     return None
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--script", default="dqn_atari.py", choices=sorted(FLAGS))
     p.add_argument("--tries", type=int, default=50)
     p.add_argument("--max-delay", type=float, default=3.0, help="seconds after the loop starts")
     p.add_argument("--save-every", type=int, default=16)
     p.add_argument("--seed", type=int, default=1)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if args.tries < 1:
+        p.error(f"argument --tries: must be a positive integer, got {args.tries}")
+    if not 0 <= args.max_delay < float("inf"):
+        p.error(f"argument --max-delay: must be a finite number of seconds >= 0, got {args.max_delay}")
+    if args.save_every < 1:
+        p.error(f"argument --save-every: must be a positive integer, got {args.save_every}")
     rng = random.Random(args.seed)
     script = os.path.join(ROOT, args.script)
     counts = {"kills": 0, "during checkpoint.pt": 0, "with unnamed replay files": 0, "resumes that loaded": 0}

@@ -57,14 +57,29 @@ def main(argv=None):
     p.add_argument("--jobs", type=jobs_count, default=1, help="runs at once, each on one torch thread (default 1)")
     p.add_argument("--results-dir", default=os.path.join("docs", "results"), help="folder for the runs' CSVs")
     args = p.parse_args(argv)
-    entries = [shlex.split(entry) for entry in args.runs]
-    for entry in entries:
-        if not os.path.isfile(os.path.join(ROOT, entry[0])):
-            p.error(f"argument --runs: no script {entry[0]} in {ROOT}")
-    if os.path.exists(args.results_dir) and not os.path.isdir(args.results_dir):
-        p.error(f"argument --results-dir: {args.results_dir} is a file, not a folder")
-    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
-    os.makedirs(args.results_dir, exist_ok=True)
+    entries = []
+    for entry in args.runs:
+        try:
+            entries.append(shlex.split(entry))
+        except ValueError as error:  # an unclosed quote, a lone backslash at the end
+            p.error(f"argument --runs: {entry!r} cannot be split as a shell would: {error}")
+        if not entries[-1]:
+            p.error(f"argument --runs: an empty entry {entry!r}: each is a script and its flags, e.g. 'dqn_atari.py'")
+        if not os.path.isfile(os.path.join(ROOT, entries[-1][0])):
+            p.error(f"argument --runs: no script {entries[-1][0]} in {ROOT}")
+    if args.total_timesteps < 1:
+        p.error(f"argument --total-timesteps: must be a positive integer, got {args.total_timesteps}")
+    # the scripts seed numpy with it and their emulators with it plus their index (32-bit numbers)
+    if bad := [seed for seed in args.seeds if not 0 <= seed <= 2**30]:  # the scripts' own range for --seed
+        p.error(f"argument --seeds: each must be in [0, 2**30], got {' '.join(map(str, bad))}")
+    for flag, folder in (("--out", args.out), ("--results-dir", args.results_dir)):
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            p.error(f"argument {flag}: {folder} is a file, not a folder")
+    for flag, folder in (("--out", os.path.join(args.out, "logs")), ("--results-dir", args.results_dir)):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as error:  # a file on its path, no permission
+            p.error(f"argument {flag}: cannot make the folder {folder}: {error.strerror}")
 
     # What earlier sittings ran: the first line of each CSV is "# command: python SCRIPT FLAGS"
     done = {}

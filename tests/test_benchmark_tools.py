@@ -10,7 +10,7 @@ import types
 
 import numpy as np
 import pytest
-from conftest import ROOT, assert_refused, read_scalars
+from conftest import ROOT, assert_refused, read_scalars, run_bad
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import compare  # noqa: E402
@@ -490,3 +490,117 @@ def test_dqn_speed_refuses_a_thread_count_below_one_and_splits_the_loops_time_in
 
     built = {"update": 20.0, "+ 4 acting passes": 23.5, "+ 4 game steps": 26.0}
     assert dqn_speed.each_part(built) == pytest.approx({"update": 20.0, "+ 4 acting passes": 3.5, "+ 4 game steps": 2.5})
+
+
+def refused(main, argv, capsys):
+    """main(argv) stops with a usage error: exit status 2, no traceback. Its message, after 'error: '."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err, err
+    return err.strip().splitlines()[-1].split("error: ", 1)[1]
+
+
+def not_now(*args, **kwargs):
+    raise AssertionError("bad input must be refused before this")
+
+
+def test_compare_refuses_a_plot_it_cannot_write_and_an_export_file_before_reading_runs(in_tmp, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    hand_made(in_tmp, "a1", [(1000, 2, 60)])
+    (in_tmp / "afile").write_text("")
+    (in_tmp / "folder.png").mkdir()
+    for name in ("read_run", "read_csv", "write_csv"):
+        monkeypatch.setattr(compare, name, not_now)
+    run = str(in_tmp)
+    missing = in_tmp / "no" / "such"
+    assert refused(compare.main, [run, "--plot", str(missing / "x.png")], capsys) == (
+        f"argument --plot: no folder {missing} to write it into"
+    )
+    for name in ("out.txt", "curves"):  # an extension matplotlib has no writer for, or none
+        message = refused(compare.main, [run, "--plot", name], capsys)
+        assert message.startswith(f"argument --plot: {name}: matplotlib writes only .") and message.endswith(" files")
+        listed = message.split("writes only ")[1].removesuffix(" files").split(", ")
+        assert ".png" in listed and ".pdf" in listed and ".txt" not in listed and "." not in listed
+    assert (
+        refused(compare.main, [run, "--plot", "folder.png"], capsys) == "argument --plot: folder.png is a folder, not a file"
+    )
+    assert refused(compare.main, [run, "--export", "afile"], capsys) == "argument --export: afile is a file, not a folder"
+    assert refused(compare.main, [run, "--export", "afile/x"], capsys) == (
+        "argument --export: cannot make the folder afile/x: Not a directory"
+    )
+    assert refused(compare.main, [run, "--reach", "nan"], capsys) == "argument --reach: must be a finite score, got nan"
+    # by the command line too
+    assert run_bad("benchmark/compare.py", [run, "--plot", "out.txt"], in_tmp).startswith(
+        "compare.py: error: argument --plot: out.txt: matplotlib writes only ."
+    )
+
+
+def test_compare_without_matplotlib_prints_the_table_and_refuses_only_plot(in_tmp, monkeypatch, capsys):
+    hand_made(in_tmp, "a1", [(1000, 2, 60)])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    for plot in ("curves.png", "out.txt"):  # what is missing is said first
+        assert refused(compare.main, [str(in_tmp), "--plot", plot], capsys) == (
+            "argument --plot: needs matplotlib: pip install matplotlib"
+        )
+    compare.main([str(in_tmp)])
+    assert "| dqn_atari | PongNoFrameskip-v4 |" in capsys.readouterr().out
+
+
+def test_sweep_refuses_bad_runs_budget_seeds_and_folders_before_starting(in_tmp, monkeypatch, capsys):
+    assert run_bad("benchmark/sweep.py", ["--runs", ""], in_tmp).startswith("sweep.py: error: argument --runs: an empty entry")
+    monkeypatch.setattr(subprocess, "Popen", not_now)  # (after run_bad: it runs the tool in a subprocess)
+    (in_tmp / "afile").write_text("")
+    run = ["--runs", "dqn_atari.py"]
+    assert refused(sweep_tool.main, ["--runs", ""], capsys) == (
+        "argument --runs: an empty entry '': each is a script and its flags, e.g. 'dqn_atari.py'"
+    )
+    assert refused(sweep_tool.main, ["--runs", "dqn_atari.py", "x 'unterminated"], capsys) == (
+        'argument --runs: "x \'unterminated" cannot be split as a shell would: No closing quotation'
+    )
+    assert refused(sweep_tool.main, [*run, "--out", "afile"], capsys) == "argument --out: afile is a file, not a folder"
+    assert refused(sweep_tool.main, [*run, "--out", "afile/x"], capsys) == (
+        "argument --out: cannot make the folder afile/x/logs: Not a directory"
+    )
+    assert refused(sweep_tool.main, [*run, "--total-timesteps", "0"], capsys) == (
+        "argument --total-timesteps: must be a positive integer, got 0"
+    )
+    for seeds, bad in ((["1", "-1"], "-1"), ([str(2**30 + 1)], str(2**30 + 1))):
+        assert (
+            refused(sweep_tool.main, [*run, "--seeds", *seeds], capsys)
+            == f"argument --seeds: each must be in [0, 2**30], got {bad}"
+        )
+    assert os.listdir(in_tmp) == ["afile"]  # no sweep/, no docs/results
+
+
+def test_benchmarks_refuse_bad_numbers_and_folders_before_starting(in_tmp, monkeypatch, capsys):
+    import checkpoint_pause
+    import dqn_speed
+    import gpu_check
+    import resume_kill
+
+    # mp_kill.py, by the command line: nan is not >= 0 either (time.sleep would refuse it once the runs had started)
+    assert run_bad("benchmark/mp_kill.py", ["--max-delay", "nan"], in_tmp) == (
+        "mp_kill.py: error: argument --max-delay: must be a finite number of seconds >= 0, got nan"
+    )
+    monkeypatch.setattr(subprocess, "Popen", not_now)  # no run of a script starts (subprocess.run too)
+    monkeypatch.setattr(dqn_speed, "bare_update_rate", not_now)  # dqn_speed's first measurement
+    monkeypatch.setattr(checkpoint_pause.dqn_atari, "parse_args", not_now)  # checkpoint_pause's first step
+    cases = [
+        (dqn_speed, ["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+        (dqn_speed, ["--seconds", "-1"], "argument --seconds: must be a finite number of seconds, 1 or more, got -1.0"),
+        (dqn_speed, ["--seconds", "0"], "argument --seconds: must be a finite number of seconds, 1 or more, got 0.0"),
+        (resume_kill, ["--max-delay", "-1"], "argument --max-delay: must be a finite number of seconds >= 0, got -1.0"),
+        (resume_kill, ["--tries", "0"], "argument --tries: must be a positive integer, got 0"),
+        (resume_kill, ["--save-every", "0"], "argument --save-every: must be a positive integer, got 0"),
+        (checkpoint_pause, ["--dir", "nowhere"], "argument --dir: no folder nowhere that this user can write into"),
+        (checkpoint_pause, ["--rate", "0"], "argument --rate: must be a number of steps/s above 0, got 0.0"),
+        (checkpoint_pause, ["--checkpoints", "0"], "argument --checkpoints: must be a positive integer, got 0"),
+        (checkpoint_pause, ["--save-every", "0"], "argument --save-every: must be a positive integer, got 0"),
+        (gpu_check, ["--timeout", "-1"], "argument --timeout: must be a finite number of seconds above 0, got -1.0"),
+        (gpu_check, ["--timeout", "0"], "argument --timeout: must be a finite number of seconds above 0, got 0.0"),
+    ]
+    for tool, argv, message in cases:
+        assert refused(tool.main, argv, capsys) == message, (tool.__name__, argv)
+    assert os.listdir(in_tmp) == []
