@@ -662,7 +662,7 @@ def time_left(steps_left, steps_per_second):
 class Progress:
     """Every 5 s a line (steps/s, time left, updates, mean return of the last 100 games), charts/SPS and
     the charts given. Time left is at the rate of about the last minute, not the run's average; after
-    `warm_up` steps (a warm-up without updates, 10-20 times faster), that rate starts again."""
+    `warm_up` steps (a warm-up without updates, several times faster), that rate starts again."""
 
     def __init__(self, writer, total_timesteps, warm_up=None):
         self.writer, self.total, self.warm_up = writer, total_timesteps, warm_up
