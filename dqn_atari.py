@@ -299,7 +299,10 @@ class ReplayMemory:
         # The next frame must be stored already, and when the ring is full the STACK - 1 frames
         # before the oldest rows have been overwritten by the newest ones.
         age = (rows - self.pos) % self.rows if self.full else rows + STACK - 1
-        return self.agent_acted[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != self.pos)
+        # After the agent's step the next frame goes on from it; where it opens a game instead, a stop
+        # cut that game off and --resume started a new one: the step's own next frame was never stored.
+        cut_off = self.firsts[(rows + 1) % self.rows, cols]
+        return self.agent_acted[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != self.pos) & ~cut_off
 
     def sample(self, batch_size, rng):
         filled = self.rows if self.full else self.pos

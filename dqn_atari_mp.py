@@ -310,13 +310,17 @@ class ReplayMemory:
         # before the oldest rows have been overwritten by the newest ones.
         pos = self.pos[cols]
         age = np.where(self.full[cols], (rows - pos) % self.rows, rows + STACK - 1)
-        return self.agent_acted[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != pos)
+        # After the agent's step the next frame goes on from it; where it opens a game instead, a stop
+        # cut that game off and --resume started a new one: the step's own next frame was never stored.
+        cut_off = self.firsts[(rows + 1) % self.rows, cols]
+        return self.agent_acted[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != pos) & ~cut_off
 
     def sample(self, batch_size, rng):
         filled = np.where(self.full, self.rows, self.pos)
         rows = cols = np.empty(0, dtype=np.int64)
         while len(rows) < batch_size:  # rejection sampling: the few unusable rows are redrawn
-            c = rng.integers(0, self.frames.shape[1], size=batch_size)
+            # a column in proportion to its rows, so that every stored row is as likely (workers fill at their own pace)
+            c = rng.choice(len(filled), size=batch_size, p=filled / filled.sum())
             r = (rng.random(batch_size) * filled[c]).astype(np.int64)
             ok = self.sampleable(r, c)
             rows, cols = np.concatenate([rows, r[ok]]), np.concatenate([cols, c[ok]])
@@ -329,7 +333,8 @@ class ReplayMemory:
 def worker(index, args, acting_network, pipe, shared_step, stop):
     """One actor: plays its own game and sends what it saw to the learner, SEND_BATCH steps at a time."""
     torch.set_num_threads(1)  # the learner needs the cores; acting is one small forward pass
-    games, rng = AtariGames(args.env_id, 1, args.seed + index), np.random.default_rng(args.seed + index)
+    # Its own exploration draws, apart from the learner's; a resumed run's workers draw anew from where it stood
+    games, rng = AtariGames(args.env_id, 1, args.seed + index), np.random.default_rng((args.seed, index, shared_step.value))
     batch, finished, decay_steps = [], [], args.exploration_fraction * args.total_timesteps
     while not stop.value:  # set by the learner when the run ends
         # ALGO LOGIC: epsilon follows the learner's global step; acting on half-copied new weights is harmless
@@ -729,7 +734,8 @@ def dead_worker(workers):
     for index, process in enumerate(workers):
         if process.exitcode is not None:
             code = process.exitcode
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            names = {number.value: number.name for number in signal.Signals}  # a real-time signal has none
+            how = f"killed by {names.get(-code, f'signal {-code}')}" if code < 0 else f"exit code {code}"
             return f"worker {index} (pid {process.pid}) died: {how}"
 
 

@@ -285,3 +285,18 @@ def test_stop_workers_kills_and_reaps_a_worker_that_does_not_stop(monkeypatch):
         assert process.exitcode == -signal.SIGKILL
         with pytest.raises(ProcessLookupError):  # reaped: the pid is gone, not a zombie
             os.kill(process.pid, 0)
+
+
+def test_every_stored_row_is_as_likely_whatever_the_workers_pace():
+    """Workers fill their columns at their own pace (one starts late, one is slower): a batch must
+    draw every stored transition alike, not each column alike, which would favour the emptier one."""
+    replay, rng = dqn_atari_mp.ReplayMemory(2000, 2), np.random.default_rng(0)
+    for col, rows in ((0, 960), (1, 64)):
+        for start in range(0, rows, dqn_atari_mp.SEND_BATCH):  # one game a column, each column's frames its own colour
+            n = dqn_atari_mp.SEND_BATCH
+            frames = np.full((n, 84, 84), 255 * col, dtype=np.uint8)
+            replay.add(col, frames, np.zeros(n), np.zeros(n), np.zeros(n, bool), np.ones(n, bool), np.arange(n) + start == 0)
+    states = replay.sample(20_000, rng)[0]
+    from_the_second = (states[:, -1, 0, 0] == 255).mean()
+    stored = ((960 - 1), (64 - 1))  # each column's newest row cannot be sampled yet
+    assert from_the_second == pytest.approx(stored[1] / sum(stored), abs=0.01)  # 6%; each column alike would be 50%

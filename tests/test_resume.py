@@ -10,6 +10,7 @@ in-process runs on tests/catch.py for the state's bit-for-bit comparison.
 import copy
 import glob
 import importlib
+import itertools
 import os
 import random
 import signal
@@ -459,3 +460,28 @@ def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_s
     resumed.thread.submit(int).result()  # the deletions, which the background thread does, done
     on_disk = sum(entry.stat().st_size for entry in os.scandir(tmp_path / "replay"))
     assert on_disk <= (rebuilt.rows + resumed.chunk_rows) * envs * (mod.REPLAY_BYTES_PER_TRANSITION + 1000)
+
+
+@pytest.mark.parametrize("script", ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"])
+def test_the_step_a_stop_cut_off_is_never_sampled(script):
+    """A resumed run starts new games: the last step stored before the stop has no next frame of its
+    own (the next row opens the new game), so it is no transition, though no episode ended there.
+    Breakout at random, then a new game in the same replay, as after --resume."""
+    mod = module(script)
+    replay, ends = mod.ReplayMemory(600, 1), []
+    for seed in (0, 1):  # the run, stopped on the agent's step in mid-episode; then the resumed run
+        games, rng = mod.AtariGames("BreakoutNoFrameskip-v4", 1, seed), np.random.default_rng(seed)
+        for step in itertools.count():
+            obs, firsts, actions = games.obs, games.firsts, rng.integers(0, 4, size=1)
+            agent_acted = games.send(actions)
+            rewards, dones, _ = games.recv()
+            row = (obs[:, -1], actions, rewards, dones, agent_acted, firsts)
+            replay.add(*row) if script != "dqn_atari_mp.py" else replay.add(0, *row)
+            if step >= 150 and agent_acted[0] and not dones[0]:
+                break
+        ends.append((int(np.atleast_1d(replay.pos)[0]) - 1) % replay.rows)
+    cut = ends[0]
+    assert replay.agent_acted[cut, 0] and not replay.dones[cut, 0] and replay.firsts[cut + 1, 0]
+    assert not replay.sampleable(np.array([cut]), np.array([0]))[0]
+    states, _, _, next_states, _ = replay.sample(4096, np.random.default_rng(2))
+    np.testing.assert_array_equal(states[:, 1:], next_states[:, :-1])  # every s' goes on from its s
