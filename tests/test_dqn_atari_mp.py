@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import mp_helpers
 import numpy as np
@@ -300,3 +301,13 @@ def test_every_stored_row_is_as_likely_whatever_the_workers_pace():
     from_the_second = (states[:, -1, 0, 0] == 255).mean()
     stored = ((960 - 1), (64 - 1))  # each column's newest row cannot be sampled yet
     assert from_the_second == pytest.approx(stored[1] / sum(stored), abs=0.01)  # 6%; each column alike would be 50%
+
+
+def test_a_dead_worker_is_named_with_how_it_died():
+    alive, dead = types.SimpleNamespace(exitcode=None, pid=11), types.SimpleNamespace(exitcode=-signal.SIGKILL, pid=12)
+    assert dqn_atari_mp.dead_worker([alive, alive]) is None
+    assert dqn_atari_mp.dead_worker([alive, dead]) == "worker 1 (pid 12) died: killed by SIGKILL"
+    dead.exitcode = -(signal.SIGRTMIN + 6)  # a real-time signal has no name
+    assert dqn_atari_mp.dead_worker([alive, dead]) == f"worker 1 (pid 12) died: killed by signal {signal.SIGRTMIN + 6}"
+    dead.exitcode = 1
+    assert dqn_atari_mp.dead_worker([dead, alive]) == "worker 0 (pid 12) died: exit code 1"
