@@ -44,7 +44,7 @@ def find_runs(paths):
     """Run directories (folders holding TensorBoard events) and results CSVs under the given paths.
     A CSV is named after its run directory: where both are found, the run is read once."""
     found = {}
-    for path in paths:
+    for path in map(os.path.normpath, paths):  # runs/A/ names the run A, as runs/A does
         if path.endswith(".csv"):
             found.setdefault(os.path.basename(path)[:-4], path)
         for folder, _, files in os.walk(path):
@@ -128,7 +128,7 @@ def reached_at(run, score, last):
     if len(returns) < last:
         return None
     sums = np.convolve(returns, np.ones(last), mode="valid")  # sums, not means: exact for whole scores
-    hits = np.flatnonzero(sums >= score * last)
+    hits = np.flatnonzero(sums >= score * last - 1e-9)  # (1.1 * 100 is 110.00000000000001 in floating point)
     return hits[0] + last - 1 if len(hits) else None
 
 
@@ -194,7 +194,7 @@ def table(runs, last=100, reach=None):
         sps = np.mean([run["steps"] / run["seconds"] for run in group if run["seconds"] > 0] or [np.nan])
         lines.append(
             f"| {label} | {params.get('env_id', '?')} | {steps_run(group[0]):,} | {len(group)} | "
-            f"{params.get('workers_count', params.get('envs_count', '1'))} | "
+            f"{params.get('workers_count', params.get('envs_count', params.get('num_envs', '1')))} | "
             f"{params.get('learn_steps_period', '-')} | {f'{int(np.mean(updates)):,}' if updates else '-'} | "
             f"{shown} | {sps:,.0f} | {hours(seconds)} |"
             + (" {} | {} |".format(*reach_cells(group, reach, last)) if reach is not None else "")
@@ -230,7 +230,7 @@ def seeds_mean(curves):
 
 def legend_label(label, group):
     params = group[0]["params"]
-    envs = str(params.get("envs_count", "1"))
+    envs = str(params.get("envs_count", params.get("num_envs", "1")))  # num_envs: CleanRL's name
     parallel = f"{params['workers_count']} workers" if "workers_count" in params else f"{envs} env{'s' * (envs != '1')}"
     period = f", K={params['learn_steps_period']}" if "learn_steps_period" in params else ""
     return f"{label} ({parallel}{period}), {len(group)} seed{'s' * (len(group) > 1)}"

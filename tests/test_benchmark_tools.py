@@ -604,3 +604,16 @@ def test_benchmarks_refuse_bad_numbers_and_folders_before_starting(in_tmp, monke
     for tool, argv, message in cases:
         assert refused(tool.main, argv, capsys) == message, (tool.__name__, argv)
     assert os.listdir(in_tmp) == []
+
+
+def test_compare_finds_a_run_once_whatever_its_path_and_reaches_a_fractional_score(tmp_path):
+    for run in ("A", "B"):  # two run directories, and A's CSV beside them
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "events.out.tfevents.1.vm").write_bytes(b"")
+    (tmp_path / "csv").mkdir()
+    hand_made(tmp_path / "csv", "A", [(1000, 1.1, 60)])
+    found = compare.find_runs([f"{tmp_path}/runs/A/", f"{tmp_path}/runs/B/", str(tmp_path / "csv")])
+    assert sorted(os.path.basename(os.path.normpath(path)) for path in found) == ["A", "B"]  # a slash drops no run
+    run = {"curve": (list(range(11)), list(range(11)), [1.0] + [1.1] * 10)}
+    assert compare.reached_at(run, 1.1, 10) == 10  # ten games of 1.1 sum to 10.999999999999998 in floating point
+    assert compare.reached_at(run, 1.1000001, 10) is None
