@@ -217,3 +217,33 @@ def test_gray_frame_is_cleanrls_gray_to_one_level():
     differences = np.array(differences)
     assert len(np.unique(gray)) > 5, "a real screen, not a blank one"
     assert differences.max() <= 1 and differences.mean() < 0.01
+
+
+def test_learning_sees_clipped_rewards_and_a_terminal_at_each_lost_life_the_logs_whole_scores():
+    """Space Invaders at random (aliens are worth 5 to 30 points, three lives): every reward learnt from
+    is the sign of the game's, every lost life ends an episode for learning, and each finished game's
+    logged score is the sum of its real rewards. AtariGames is the same class in every script."""
+    games, rng = dqn_atari.AtariGames("SpaceInvadersNoFrameskip-v4", 2, 3), np.random.default_rng(3)
+    real_recv, seen = games.envs.recv, []
+
+    def recv():  # what the emulator gave: the real rewards, and where a game ended
+        step = real_recv()
+        seen.append((step[1].copy(), step[2] | step[3]))
+        return step
+
+    games.envs.recv = recv
+    real_sums, scores, lives_lost = np.zeros(2), [], 0
+    while len(scores) < 2:
+        lives = games.lives.copy()
+        games.send(rng.integers(0, games.action_space.n, size=2))
+        rewards, dones, ended = games.recv()
+        real_rewards, game_over = seen[-1]
+        np.testing.assert_array_equal(rewards, np.sign(real_rewards))
+        lost = games.lives < lives
+        assert dones[lost].all(), "a lost life ends the episode for learning"
+        lives_lost += int((lost & ~game_over).sum())
+        real_sums += real_rewards
+        assert [score for score, _ in ended] == real_sums[game_over].tolist()  # the whole game's real score
+        real_sums[game_over], scores = 0.0, scores + [score for score, _ in ended]
+        assert len(seen) < 20_000, "two random games of Space Invaders end long before"
+    assert lives_lost >= 2 and max(max(r) for r, _ in seen) >= 5, "lives were lost, rewards above 1 were clipped"

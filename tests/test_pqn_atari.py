@@ -241,3 +241,17 @@ def test_learns_catch(in_tmp, monkeypatch):
     )
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
+
+
+def test_every_hidden_layer_is_normalized_before_its_relu():
+    """PQN's stand-in for a target network: LayerNorm after each hidden layer, so each of the four
+    ReLUs sees, in every sample, activations of mean 0 and variance 1 (LayerNorm's start)."""
+    q_network, seen = pqn_atari.QNetwork(6), []
+    for relu in [m for m in q_network.network if isinstance(m, torch.nn.ReLU)]:
+        relu.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].flatten(1)))
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    assert q_network(frames).shape == (3, 6)
+    assert len(seen) == 4
+    for hidden in seen:
+        torch.testing.assert_close(hidden.mean(1), torch.zeros(3), atol=1e-5, rtol=0)
+        torch.testing.assert_close(hidden.var(1, correction=0), torch.ones(3), atol=1e-3, rtol=0)

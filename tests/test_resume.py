@@ -485,3 +485,16 @@ def test_the_step_a_stop_cut_off_is_never_sampled(script):
     assert not replay.sampleable(np.array([cut]), np.array([0]))[0]
     states, _, _, next_states, _ = replay.sample(4096, np.random.default_rng(2))
     np.testing.assert_array_equal(states[:, 1:], next_states[:, :-1])  # every s' goes on from its s
+
+
+@pytest.mark.parametrize("script", ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"])
+def test_a_replay_the_disk_cannot_hold_for_resume_is_refused_at_once(script, in_tmp, monkeypatch, capsys):
+    """The replay's files need up to two rings and two files on disk; with 1 GiB free, a ring of 1M
+    transitions (7 GB) is refused before the run starts."""
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - 2**30, 2**30))
+    error = refused(script, ["--buffer-size", "1000000"], capsys)
+    assert "error: argument --buffer-size: a replay of 1,000,000 transitions needs up to" in error
+    assert "GiB on disk for --resume, but only 1.0 GiB is free in" in error
+    assert not os.path.exists("runs")
