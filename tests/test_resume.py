@@ -494,6 +494,11 @@ def test_a_replay_the_disk_cannot_hold_for_resume_is_refused_at_once(script, in_
     import shutil
 
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - 2**30, 2**30))
+
+    def no_game(*args):
+        raise AssertionError("the refusal comes before any game is made")
+
+    monkeypatch.setattr(module(script), "make_env", no_game)
     error = refused(script, ["--buffer-size", "1000000"], capsys)
     assert "error: argument --buffer-size: a replay of 1,000,000 transitions needs up to" in error
     assert "GiB on disk for --resume, but only 1.0 GiB is free in" in error
