@@ -1,11 +1,12 @@
-"""dqn_atari_vec.py: the same DQN on several environments, on real ALE games."""
+"""dqn_atari_vec.py: the same DQN on several environments, on real ALE games (and on tests/catch.py)."""
 
 import os
 
+import catch
 import numpy as np
 import pytest
 import torch
-from conftest import assert_refused, read_scalars, run_bad, run_script
+from conftest import assert_refused, catch_returns, read_scalars, run_bad, run_script
 
 import dqn_atari_vec
 
@@ -177,3 +178,13 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
 )
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
     assert_refused(dqn_atari_vec.main, args, flag, capsys)
+
+
+def test_learns_catch_beyond_random_from_four_games(in_tmp, monkeypatch):
+    """dqn_atari.py's Catch run, its 2,000 steps made by four games stepped together: the same 750
+    updates must learn as well (each game's actions and rewards must land in its own column)."""
+    flags = ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "10000", "--learning-rate", "5e-4"]
+    flags += ["--target-network-frequency", "200", "--exploration-fraction", "0.64", "--end-e", "0.05"]
+    returns = catch_returns(dqn_atari_vec, flags + ["--learn-steps-period", "2", "--envs-count", "4"], monkeypatch)
+    assert catch.random_policy_return() < -0.5
+    assert returns[-100:].mean() > 0.5, returns[-100:].mean()
