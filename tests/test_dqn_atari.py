@@ -40,7 +40,7 @@ SHORT_UPDATES = (1800 - 600) // 2
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("short")
-    proc, run_dir = run_script("dqn_atari.py", SHORT + ["--save-model", "--eval-episodes", "1"], cwd)
+    proc, run_dir = run_script("dqn_atari.py", SHORT + ["--save-model", "--eval-episodes", "1", "--keep-checkpoint"], cwd)
     return proc, run_dir
 
 
@@ -82,9 +82,18 @@ def test_short_run_logs_what_a_user_reads(short_run):
 
 
 def test_saved_model_loads_into_the_network(short_run):
+    """The model is the trained network: the one the last checkpoint holds after all the run's Adam
+    steps (the checkpoint's network is the live one, bit for bit: tests/test_resume.py)."""
     _, run_dir = short_run
+    saved = torch.load(os.path.join(run_dir, "dqn_atari.pt"), weights_only=True)["state_dict"]
+    checkpoint = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)
+    assert checkpoint["finished"] and checkpoint["updates"] == SHORT_UPDATES
+    assert all(int(state["step"]) == SHORT_UPDATES for state in checkpoint["optimizer"]["state"].values())
+    assert saved.keys() == checkpoint["state_dict"].keys()
+    for name, weights in saved.items():
+        assert torch.equal(weights, checkpoint["state_dict"][name]), name
     q_network = dqn_atari.QNetwork(4)
-    q_network.load_state_dict(torch.load(os.path.join(run_dir, "dqn_atari.pt"), weights_only=True)["state_dict"])
+    q_network.load_state_dict(saved)
     assert q_network(torch.zeros(2, 4, 84, 84, dtype=torch.uint8)).shape == (2, 4)
 
 
