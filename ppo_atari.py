@@ -279,6 +279,14 @@ def gae(rewards, values, dones, agent_acted, next_values, gamma, gae_lambda):
     return advantages
 
 
+def clipped_surrogate_loss(advantages, ratio, clip_coef):
+    """PPO's actor loss: the mean of the larger of the plain and the clipped loss. Moving the ratio
+    pi_new(a|s) / pi_old(a|s) past [1 - clip, 1 + clip] earns nothing more, but a move that made
+    things worse is paid in full."""
+    clipped_ratio = ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)
+    return torch.max(-advantages * ratio, -advantages * clipped_ratio).mean()
+
+
 # ---------------------------------------------------------------- main
 def main(argv=None):
     args = parse_args(argv)
@@ -366,10 +374,7 @@ def main(argv=None):
                 mb_advantages = b_advantages[mb]
                 if args.norm_adv:  # by the minibatch's population std (CleanRL: the sample std, n - 1; 0.2% apart)
                     mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(correction=0) + 1e-8)
-                # The larger of the plain and the clipped loss: moving the ratio past the clip
-                # range earns nothing more, but a move that made things worse is paid in full.
-                clipped_ratio = ratio.clamp(1.0 - args.clip_coef, 1.0 + args.clip_coef)
-                actor_loss_batch = torch.max(-mb_advantages * ratio, -mb_advantages * clipped_ratio).mean()
+                actor_loss_batch = clipped_surrogate_loss(mb_advantages, ratio, args.clip_coef)
                 critic_loss = (new_values - b_returns[mb]) ** 2
                 if args.clip_vloss:
                     clipped_values = b_values[mb] + (new_values - b_values[mb]).clamp(-args.clip_coef, args.clip_coef)

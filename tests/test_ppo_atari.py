@@ -225,3 +225,14 @@ def test_learns_catch(in_tmp, monkeypatch):
     )
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
+
+
+def test_clipped_surrogate_loss_by_hand():
+    """clip 0.2. A > 0: the ratio's gain stops at 1.2 (1.5 counts as 1.2, and moves it no more); A < 0: a
+    ratio that grew is paid in full (1.5), one that fell gains only down to 0.8 (0.5 counts as 0.8)."""
+    advantages = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    ratio = torch.tensor([1.5, 0.9, 1.5, 0.5], requires_grad=True)
+    loss = ppo_atari.clipped_surrogate_loss(advantages, ratio, 0.2)
+    torch.testing.assert_close(loss, torch.tensor((-1.2 - 0.9 + 1.5 + 0.8) / 4))
+    loss.backward()
+    torch.testing.assert_close(ratio.grad, torch.tensor([0.0, -0.25, 0.25, 0.0]))  # clipped terms push no further
