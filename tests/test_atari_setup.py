@@ -247,3 +247,31 @@ def test_learning_sees_clipped_rewards_and_a_terminal_at_each_lost_life_the_logs
         real_sums[game_over], scores = 0.0, scores + [score for score, _ in ended]
         assert len(seen) < 20_000, "two random games of Space Invaders end long before"
     assert lives_lost >= 2 and max(max(r) for r, _ in seen) >= 5, "lives were lost, rewards above 1 were clipped"
+
+
+@pytest.mark.parametrize("script", [ppo_atari, pqn_atari], ids=lambda m: m.__name__)
+def test_the_update_learns_only_from_the_agents_steps(script, in_tmp, monkeypatch, one_torch_thread):
+    """Breakout, two games, rollouts of 16 steps: the update's minibatches together hold exactly the
+    rollout's steps of the agent, never the launches and resets played for it (the first rollout has
+    four: FIRE and action 2 in each game)."""
+    returns_name, network_class = ("gae", script.Agent) if script is ppo_atari else ("q_lambda_returns", script.QNetwork)
+    events, returns_of, forward = [], getattr(script, returns_name), network_class.forward
+
+    def spy_returns(rewards, values, dones, agent_acted, *rest):
+        events.append(("rollout", int(agent_acted.sum()), agent_acted.numel()))
+        return returns_of(rewards, values, dones, agent_acted, *rest)
+
+    def spy_forward(self, frames):
+        events.append(("pass", len(frames)))  # 2: acting, or V of the next observations; more: a minibatch
+        return forward(self, frames)
+
+    monkeypatch.setattr(script, returns_name, spy_returns)
+    monkeypatch.setattr(network_class, "forward", spy_forward)
+    flags = ["--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "2", "--update-epochs", "1"]
+    script.main(flags + ["--total-timesteps", "90"])
+    rollouts = [i for i, event in enumerate(events) if event[0] == "rollout"]
+    assert len(rollouts) >= 2 and events[rollouts[0]][1] <= 32 - 4  # the first rollout's launches are not learnt from
+    for start, end in zip(rollouts, rollouts[1:] + [len(events)]):
+        _, agent_steps, rows = events[start]
+        learnt_from = sum(size for kind, size in events[start + 1 : end] if kind == "pass" and size != 2)
+        assert learnt_from == agent_steps <= rows
