@@ -395,7 +395,7 @@ def check_args(p, args):
             f"argument --envs-count: {args.envs_count:,} games "
             f"need {needed / 2**30:.1f} GiB but only {free / 2**30:.1f} GiB of memory is free"
         )
-    needed, free = args.rollout_length * args.envs_count * A2C_BYTES_PER_TRANSITION, available_memory_bytes()
+    needed = args.rollout_length * args.envs_count * A2C_BYTES_PER_TRANSITION
     if free is not None and needed > free and args.eval_model is None:
         p.error(
             f"argument --rollout-length: the losses of {args.rollout_length:,} steps of {args.envs_count:,} games "

@@ -312,8 +312,9 @@ class ReplayMemory:
         age = np.where(self.full[cols], (rows - pos) % self.rows, rows + STACK - 1)
         # After the agent's step the next frame goes on from it; where it opens a game instead, a stop
         # cut that game off and --resume started a new one: the step's own next frame was never stored.
-        cut_off = self.firsts[(rows + 1) % self.rows, cols]
-        return self.agent_acted[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != pos) & ~cut_off
+        next_rows = (rows + 1) % self.rows
+        cut_off = self.firsts[next_rows, cols]
+        return self.agent_acted[rows, cols] & (age >= STACK - 1) & (next_rows != pos) & ~cut_off
 
     def sample(self, batch_size, rng):
         filled = np.where(self.full, self.rows, self.pos)

@@ -308,8 +308,9 @@ class ReplayMemory:
         age = (rows - self.pos) % self.rows if self.full else rows + STACK - 1
         # After the agent's step the next frame goes on from it; where it opens a game instead, a stop
         # cut that game off and --resume started a new one: the step's own next frame was never stored.
-        cut_off = self.firsts[(rows + 1) % self.rows, cols]
-        return self.agent_acted[rows, cols] & (age >= STACK - 1) & ((rows + 1) % self.rows != self.pos) & ~cut_off
+        next_rows = (rows + 1) % self.rows
+        cut_off = self.firsts[next_rows, cols]
+        return self.agent_acted[rows, cols] & (age >= STACK - 1) & (next_rows != self.pos) & ~cut_off
 
     def sample(self, batch_size, rng):
         filled = self.rows if self.full else self.pos

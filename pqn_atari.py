@@ -447,7 +447,7 @@ def check_args(p, args):
             f"argument --envs-count: {args.envs_count:,} games "
             f"need {needed / 2**30:.1f} GiB but only {free / 2**30:.1f} GiB of memory is free"
         )
-    needed, free = args.rollout_length * args.envs_count * STACK * FRAME_SHAPE[0] * FRAME_SHAPE[1], available_memory_bytes()
+    needed = args.rollout_length * args.envs_count * STACK * FRAME_SHAPE[0] * FRAME_SHAPE[1]
     if free is not None and needed > free and args.eval_model is None:
         p.error(
             f"argument --rollout-length: {args.rollout_length:,} steps of {args.envs_count:,} games "
@@ -469,9 +469,9 @@ def check_args(p, args):
                 wandb.login(verify=False)
             except wandb.errors.UsageError as error:
                 p.error(f"argument --track: {error} Or keep the run on disk: WANDB_MODE=offline")
-    # At most 3 steps in a row are played for the agent (a reset, FIRE, 2): >= envs * (length // 4) transitions
     if args.rollout_length < 4:
         p.error("argument --rollout-length: must be at least 4 (up to 3 steps in a row are played for the agent)")
+    # At most 3 steps in a row are played for the agent (a reset, FIRE, 2): >= envs * (length // 4) transitions
     if args.num_minibatches > args.envs_count * (args.rollout_length // 4):
         p.error(
             f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 4) = "
