@@ -4,6 +4,7 @@ game is relaunched for the agent (whatever it does), and every episode, a game's
 starts with a stack of four copies of its first frame."""
 
 import signal
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -275,3 +276,37 @@ def test_the_update_learns_only_from_the_agents_steps(script, in_tmp, monkeypatc
         _, agent_steps, rows = events[start]
         learnt_from = sum(size for kind, size in events[start + 1 : end] if kind == "pass" and size != 2)
         assert learnt_from == agent_steps <= rows
+
+
+def test_a2c_learns_only_from_the_agents_steps(in_tmp, monkeypatch, one_torch_thread):
+    """Breakout, two games, rollouts of 16 steps: the losses that make each update have exactly one
+    row per step of the agent. The FIRE after a lost life in one game, while the other game's agent
+    acts, adds no row (both games' launches at the start fall on the same steps: no loss at all)."""
+    events, send, cat = [], a2c_batched.AtariGames.send, torch.cat
+
+    def spy_send(self, actions):
+        agent_acted = send(self, actions)
+        events.append(("step", int(agent_acted.sum()), len(agent_acted)))
+        return agent_acted
+
+    def spy_cat(tensors, *rest, **kwargs):
+        joined = cat(tensors, *rest, **kwargs)
+        if sys._getframe(1).f_globals["__name__"] == "a2c_batched":  # the update's batches, nobody else's
+            events.append(("batch", len(joined), None))
+        return joined
+
+    monkeypatch.setattr(a2c_batched.AtariGames, "send", spy_send)
+    with monkeypatch.context() as only_here:  # torch.cat is everybody's: spied on for the run alone
+        only_here.setattr(torch, "cat", spy_cat)
+        a2c_batched.main(["--envs-count", "2", "--rollout-length", "16", "--total-timesteps", "400"])
+    batches, agent_steps, played_beside_the_agent, previous = [], 0, 0, None
+    for kind, count, envs in events:
+        if kind == "step":
+            agent_steps = (0 if previous == "batch" else agent_steps) + count  # a new rollout after an update
+            played_beside_the_agent += 0 < count < envs
+        else:  # the update's three batches (actor, critic, entropy), each with the rows of the steps since the last
+            batches.append((count, agent_steps))
+        previous = kind
+    assert len(batches) >= 30 and played_beside_the_agent >= 2
+    for rows, steps in batches:
+        assert rows == steps, "one row per step of the agent, none for the steps played for it"
