@@ -10,6 +10,7 @@ import types
 import mp_helpers
 import numpy as np
 import pytest
+import torch
 from conftest import ROOT, assert_refused, read_scalars, run_bad
 
 import dqn_atari_mp
@@ -311,3 +312,34 @@ def test_a_dead_worker_is_named_with_how_it_died():
     assert dqn_atari_mp.dead_worker([alive, dead]) == f"worker 1 (pid 12) died: killed by signal {signal.SIGRTMIN + 6}"
     dead.exitcode = 1
     assert dqn_atari_mp.dead_worker([dead, alive]) == "worker 0 (pid 12) died: exit code 1"
+
+
+def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, monkeypatch):
+    """The workers' acting network (in shared memory) starts as the learner's fresh Q-network; after
+    learning starts it is refreshed with every batch's updates, so that the run ends with it holding
+    exactly the trained weights, which the gradient steps have moved."""
+    loads, ended, load, end_run = [], [], dqn_atari_mp.QNetwork.load_state_dict, dqn_atari_mp.end_run
+
+    def spy_load(self, state_dict, *rest, **kwargs):
+        if next(self.parameters()).is_shared():  # the acting network: the learner's are not shared
+            loads.append({name: value.clone() for name, value in state_dict.items()})
+        return load(self, state_dict, *rest, **kwargs)
+
+    def spy_end_run(network, *rest):
+        ended.append({name: value.clone() for name, value in network.state_dict().items()})
+        return end_run(network, *rest)
+
+    monkeypatch.setattr(dqn_atari_mp.QNetwork, "load_state_dict", spy_load)
+    monkeypatch.setattr(dqn_atari_mp, "end_run", spy_end_run)
+    handlers = {signum: signal.getsignal(signum) for signum in dqn_atari_mp.STOP_SIGNALS}
+    flags = ["--total-timesteps", "800", "--learning-starts", "320", "--buffer-size", "2000", "--batch-size", "8"]
+    try:
+        dqn_atari_mp.main(flags + ["--learn-steps-period", "4", "--workers-count", "2"])
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    (trained,) = ended
+    fresh, latest = loads[0], loads[-1]
+    assert len(loads) >= 10, "a refresh after each batch once learning has started"
+    assert any(not torch.equal(fresh[name], trained[name]) for name in trained), "the gradient steps moved the weights"
+    assert all(torch.equal(latest[name], trained[name]) for name in trained), "the workers end with the trained weights"
