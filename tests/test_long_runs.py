@@ -21,6 +21,7 @@ import types
 import catch
 import pytest
 import torch
+import torch.utils.tensorboard
 from conftest import ROOT, read_scalars, read_text, run_bad
 
 import dqn_atari
@@ -381,3 +382,32 @@ def test_time_left_follows_the_rate_once_dqn_learns(in_tmp, monkeypatch, capsys)
             truth = (total - step) / 150
             assert abs(told - truth) <= 0.25 * truth, line
     assert learning_lines >= 2
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_eval_epsilon_is_the_share_of_random_actions_in_the_evaluation(script, in_tmp, monkeypatch, capsys):
+    """A network that always prefers LEFT (action 3 of Breakout's 4) plays three evaluation games with
+    --eval-epsilon 0.25: LEFT on 0.75 + 0.25 / 4 of the agent's steps, every other action on about
+    1/16 (the steps played for the agent, its launches, left out)."""
+    mod = module(script)
+    network_class, actions = getattr(mod, NETWORK[script]), []
+    prefer_left = torch.tensor([0.0, 0.0, 0.0, 10.0])
+
+    def forward(self, frames):
+        preferences = prefer_left.expand(len(frames), 4)
+        return (preferences, torch.zeros(len(frames))) if network_class.__name__ == "Agent" else preferences
+
+    def spy_send(self, chosen):
+        agent_acted = send(self, chosen)
+        actions.extend(chosen[agent_acted].tolist())
+        return agent_acted
+
+    send = mod.AtariGames.send
+    monkeypatch.setattr(network_class, "forward", forward)
+    monkeypatch.setattr(mod.AtariGames, "send", spy_send)
+    args = mod.parse_args(["--eval-epsilon", "0.25", "--eval-episodes", "3"])
+    with torch.utils.tensorboard.SummaryWriter(str(in_tmp)) as writer:
+        mod.evaluate_and_log(network_class(4), args, str(in_tmp), writer, torch.device("cpu"))
+    shares = [actions.count(action) / len(actions) for action in range(4)]
+    assert len(actions) >= 300 and 0.75 <= shares[3] <= 0.875, shares  # three standard deviations either side
+    assert all(0.02 <= share <= 0.105 for share in shares[:3]), shares
