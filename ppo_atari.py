@@ -118,9 +118,7 @@ def parse_args(argv=None):
     p.add_argument("--gae-lambda", type=probability, default=0.95, help="GAE's lambda (0: the TD error, 1: Monte Carlo)")
     p.add_argument("--num-minibatches", type=positive_int, default=4, help="minibatches a rollout is split into")
     p.add_argument("--update-epochs", type=positive_int, default=4, help="passes over each rollout")
-    p.add_argument(
-        "--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="normalize advantages per minibatch"
-    )
+    p.add_argument("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="normalize advantages")
     p.add_argument("--clip-coef", type=positive_float, default=0.1, help="the surrogate clipping coefficient")
     p.add_argument("--clip-vloss", action=argparse.BooleanOptionalAction, default=True, help="clip the value loss too")
     p.add_argument("--ent-coef", type=non_negative_float, default=0.01, help="weight of the entropy bonus")
