@@ -52,7 +52,11 @@ STACK = 4
 
 # ---------------------------------------------------------------- flags
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        usage="%(prog)s [flags] (all of them: --help)",  # an error is two lines, not the list of every flag
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument(
         "--exp-name", type=experiment_name, default=os.path.basename(__file__)[: -len(".py")], help="name of this experiment"
     )
@@ -69,7 +73,7 @@ def parse_args(argv=None):
         "WANDB_MODE=offline keeps it on disk, for `wandb sync`)",
     )
     p.add_argument("--wandb-project-name", default="cleanRL", help="with --track, the W&B project")
-    p.add_argument("--wandb-entity", default=None, help="with --track, the W&B team or user (default: your own)")
+    p.add_argument("--wandb-entity", default=None, help="with --track, the W&B team or user; None: your own")
     p.add_argument(
         "--save-model",
         action=argparse.BooleanOptionalAction,
@@ -409,24 +413,27 @@ def main(argv=None):
 # checkpoints, --resume and stop signals, and the evaluation of a saved model.
 
 
-def number_type(name, kind, is_allowed, allowed):
-    """An argparse type: `kind(text)`, refused unless is_allowed(value), with 'must be ALLOWED, got TEXT'."""
+def number_type(kind, is_allowed, allowed):
+    """An argparse type: `kind(text)`, refused unless it reads and is_allowed(value), with 'must be ALLOWED, got TEXT'."""
 
     def read(text):
-        if not is_allowed(value := kind(text)):
+        try:
+            value = kind(text)
+        except ValueError:  # 'ten', or '1e6' for an integer
+            value = None
+        if value is None or not is_allowed(value):
             raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
         return value
 
-    read.__name__ = name  # argparse names it in "invalid positive_int value: 'x'"
     return read
 
 
-positive_int = number_type("positive_int", int, lambda value: value >= 1, "a positive integer")
-positive_float = number_type("positive_float", float, lambda value: 0 < value < float("inf"), "a finite number > 0")
-non_negative_float = number_type("non_negative_float", float, lambda value: 0 <= value < float("inf"), "a finite number >= 0")
-probability = number_type("probability", float, lambda value: 0.0 <= value <= 1.0, "in [0, 1]")
+positive_int = number_type(int, lambda value: value >= 1, "a positive integer")
+positive_float = number_type(float, lambda value: 0 < value < float("inf"), "a finite number > 0")
+non_negative_float = number_type(float, lambda value: 0 <= value < float("inf"), "a finite number >= 0")
+probability = number_type(float, lambda value: 0.0 <= value <= 1.0, "in [0, 1]")
 # ALE takes seeds below 2**31; the games take seed + i and the evaluation seed + 100: room is left for them
-seed_number = number_type("seed_number", int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]")
+seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]")
 
 
 def experiment_name(text):
@@ -479,6 +486,8 @@ def check_args(p, args):
             f"argument --rollout-length: {args.rollout_length:,} steps of {args.envs_count:,} games "
             f"need {needed / 2**30:.1f} GiB but only {free / 2**30:.1f} GiB of memory is free"
         )
+    if args.capture_video and not (args.save_model or args.eval_model):
+        p.error("argument --capture-video: films the evaluation games, played only with --save-model or --eval-model: add one")
     if args.capture_video:
         try:
             import imageio  # noqa: F401

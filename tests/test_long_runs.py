@@ -267,8 +267,9 @@ SIZES = {  # the flag that sizes what each script holds in memory, at a value no
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, in_tmp, capsys):
     """ALE takes seeds below 2**31; --exp-name names a file in the run directory, so it may not leave
-    it or take the checkpoint's name; an infinite learning rate would train to NaN; a size beyond
-    the free memory would fail (or swap) after the run had started."""
+    it or take the checkpoint's name; an infinite learning rate would train to NaN; --capture-video
+    films the evaluation, which only --save-model or --eval-model plays; a size beyond the free memory
+    would fail (or swap) after the run had started. Each error is two lines: usage, then the error."""
     flag, size = SIZES[script]
     name_rule = "must be a name of 1 to 100 characters, no / or \\, not checkpoint; got"
     for argv, why in [
@@ -278,6 +279,8 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
         (["--exp-name", "../mine"], f"argument --exp-name: {name_rule} '../mine'"),
         (["--exp-name", "x" * 101], f"argument --exp-name: {name_rule} '{'x' * 101}'"),
         (["--learning-rate", "inf"], "argument --learning-rate: must be a finite number > 0, got inf"),
+        (["--total-timesteps", "1e6"], "argument --total-timesteps: must be a positive integer, got 1e6"),
+        (["--capture-video"], "argument --capture-video: films the evaluation games, played only with --save-model or"),
         ([flag, size], f"argument {flag}: "),
     ]:
         with pytest.raises(SystemExit) as exit_info:
@@ -286,6 +289,7 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
         err = capsys.readouterr().err
         errors = [line for line in err.splitlines() if "error:" in line]
         assert len(errors) == 1 and why in errors[0] and "Traceback" not in err, err
+        assert len(err.splitlines()) == 2 and err.startswith("usage: ") and "[flags] (all of them: --help)\n" in err
         assert not os.path.exists("runs")
     assert "GiB of memory is free" in errors[0]  # the size's refusal, the last one
 
