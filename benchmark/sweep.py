@@ -3,7 +3,7 @@
     python benchmark/sweep.py --out sweep --env-id BreakoutNoFrameskip-v4 --total-timesteps 300000 \\
         --seeds 1 2 --jobs 2 --runs "dqn_atari.py" "dqn_atari_vec.py --envs-count 8 --learn-steps-period 32" \\
         "dqn_atari_mp.py --workers-count 2 --learn-steps-period 4"
-    python benchmark/compare.py docs/results --plot sweep/curves.png
+    python benchmark/compare.py sweep/results --plot sweep/curves.png
 
 Each --runs entry is a script with its own flags; every entry runs once per seed, with the game
 and budget given here. The runs' output goes to OUT/logs/, their run directories to OUT/runs/.
@@ -12,9 +12,11 @@ runs them one after another with torch's own thread count. A failed run is repor
 goes on; a summary ends it, and the exit status is 1 if any run failed.
 
 Each run that ends well is written to RESULTS_DIR/<run directory name>.csv (format:
-docs/results/README.md), its command on the first line. A run whose command is already the first
-line of a CSV there is skipped, so a sweep can be spread over several sittings: run the same
-command again and only the missing runs run. A CSV is never overwritten.
+docs/results/README.md), its command on the first line; RESULTS_DIR is OUT/results unless
+--results-dir names another (this project's published runs: --results-dir docs/results). A run
+whose command is already the first line of a CSV there is skipped, so a sweep can be spread over
+several sittings: run the same command again and only the missing runs run. A CSV is never
+overwritten.
 """
 
 import argparse
@@ -55,8 +57,9 @@ def main(argv=None):
     p.add_argument("--total-timesteps", type=int, default=300_000, help="the budget of every run")
     p.add_argument("--out", default="sweep", help="folder for runs/ and logs/")
     p.add_argument("--jobs", type=jobs_count, default=1, help="runs at once, each on one torch thread (default 1)")
-    p.add_argument("--results-dir", default=os.path.join("docs", "results"), help="folder for the runs' CSVs")
+    p.add_argument("--results-dir", help="folder for the runs' CSVs (default: OUT/results)")
     args = p.parse_args(argv)
+    args.results_dir = args.results_dir or os.path.join(args.out, "results")
     entries = []
     for entry in args.runs:
         try:

@@ -35,9 +35,7 @@ def sweep(tmp_path_factory):
     proc = run_tool(
         "sweep.py",
         "--out",
-        out,
-        "--results-dir",
-        out / "results",
+        out,  # the CSVs into OUT/results, unless --results-dir names another folder (below)
         "--jobs",
         2,
         "--total-timesteps",
