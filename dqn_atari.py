@@ -1,9 +1,10 @@
 """Nature DQN on Atari: the reference script.
 
-What it shows: deep Q-learning as in Mnih et al. (2015): an epsilon-greedy agent plays, every
-transition goes into a replay memory, and every `--learn-steps-period` environment steps one
-gradient step moves Q(s, a) towards the one-step TD target r + gamma * max_a' Q_target(s', a').
-A target network, copied every `--target-network-frequency` steps, keeps that target still.
+What it shows: deep Q-learning as in Mnih et al. (2015), trained as CleanRL trains it (Adam, the
+squared TD error): an epsilon-greedy agent plays, every transition goes into a replay memory, and
+every `--learn-steps-period` environment steps one gradient step moves Q(s, a) towards the one-step
+TD target r + gamma * max_a' Q_target(s', a'). A target network, copied every
+`--target-network-frequency` steps, keeps that target still.
 
 The games are ale-py's AtariVectorEnv with one element, in the standard DeepMind setup that
 `AtariGames` keeps: learning sees rewards clipped to their sign and a lost life as an episode's
@@ -78,7 +79,7 @@ def parse_args(argv=None):
         action=argparse.BooleanOptionalAction,
         default=False,
         help="with --save-model or --eval-model, record the evaluation games as mp4 under videos/: the game's screen "
-        "in colour, and beside it the agent's 84x84 view (needs imageio, imageio-ffmpeg)",
+        "in colour, and in a second file the agent's 84x84 view, 4x (needs imageio, imageio-ffmpeg)",
     )
     p.add_argument(
         "--save-every",
@@ -127,9 +128,10 @@ def parse_args(argv=None):
 
 
 # ---------------------------------------------------------------- the games (environment)
-def make_env(env_id, envs_count, seed):
+def make_env(env_id, envs_count):
     """AtariVectorEnv with the DeepMind preprocessing in C++: 0-29 no-op frames on reset, frame skip 4
-    with a max over the last two frames, one 84x84 gray frame a step; raw rewards and real game ends."""
+    with a max over the last two frames, one 84x84 gray frame a step; raw rewards and real game ends.
+    Its first reset seeds the games (AtariGames')."""
     return AtariVectorEnv(
         rom_name(env_id),
         envs_count,
@@ -161,15 +163,16 @@ class AtariGames:
     """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
 
     - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
-      copies of its first frame (the emulator knows nothing of lives, so we stack them here).
+      copies of its first frame (AtariVectorEnv's own stack would run on across a lost life).
     - Steps played for the agent, neither transitions nor counted (as in CleanRL): FIRE, then
       action 2 to start a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for
-      it), and the step that resets a finished game, which ignores its action (gymnasium's default).
+      it; NOOP in a game without FIRE; CleanRL plays NOOP, FIRE, 2 there), and the step that resets
+      a finished game, which ignores its action (gymnasium's default).
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
       the whole game's real score and its length in the agent's steps."""
 
     def __init__(self, env_id, envs_count, seed):
-        self.envs = make_env(env_id, envs_count, seed)
+        self.envs = make_env(env_id, envs_count)
         self.action_space = self.envs.single_action_space
         action_set = self.envs.ale.get_action_set()
         self.fire = action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
@@ -178,7 +181,7 @@ class AtariGames:
         self.launch = [self.fire, 2] if Action.FIRE in action_set and len(action_set) >= 3 else []
         frames, infos = self.envs.reset(seed=seed)
         self.obs = frames.repeat(STACK, axis=1)
-        self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode
+        self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode (the DQN scripts' replay reads it)
         self.lives = infos["lives"]
         self.queued = [list(self.launch) for _ in range(envs_count)]  # actions to play for the agent, in order
         self.agent_acts = np.array([not queue for queue in self.queued])  # the next step is the agent's
@@ -207,7 +210,8 @@ class AtariGames:
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
         self.agent_acts = np.array([not queue for queue in self.queued])
-        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state.
+        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state
+        # (as in CleanRL's DQN; its PPO and PQN end the episode there).
         return np.sign(rewards), terminations | life_lost, finished
 
 
@@ -347,7 +351,9 @@ def main(argv=None):
     progress = Progress(writer, args.total_timesteps, warm_up=args.learning_starts)
     replay_files = ReplayFiles(replay, run_dir)
     checkpoints = Checkpoints(args, run_dir, actions_count, progress, q_network, optimizer, target_network, rng, replay_files)
-    global_step, updates = checkpoints.restore(checkpoint)  # 0, 0; with --resume the checkpoint's, and all above as saved
+    global_step, updates = checkpoints.restore(
+        checkpoint
+    )  # 0, 0; with --resume the checkpoint's, all above as saved but the games (they start anew)
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
@@ -514,7 +520,7 @@ def check_args(p, args):
                 wandb.login(verify=False)
             except wandb.errors.UsageError as error:
                 p.error(f"argument --track: {error} Or keep the run on disk: WANDB_MODE=offline")
-    envs = make_env(args.env_id, 1, 0)
+    envs = make_env(args.env_id, 1)
     envs.close()
     if not isinstance(envs.single_action_space, Discrete):
         p.error(f"argument --env-id: DQN needs a discrete action space, {args.env_id} has {envs.single_action_space}")
@@ -673,7 +679,7 @@ def on_stop_signal(signum, frame):
 
 
 CHECKPOINT = "checkpoint.pt"
-# The flags a resumed run may change; any other given beside --resume is refused: the run keeps its own.
+# The flags a resumed run may change; any other given beside --resume with a new value is refused.
 CHANGEABLE = [
     "total_timesteps",
     "save_every",
@@ -698,7 +704,7 @@ def save_atomically(data, path):
 
 
 def plain(data):
-    """data with numpy's numbers made python's (a step count, PPO's annealed learning rate): the
+    """data with numpy's numbers made python's (a step count, an annealed learning rate): the
     checkpoint then holds only what torch.load(weights_only=True) reads."""
     if isinstance(data, dict):
         return {key: plain(value) for key, value in data.items()}
@@ -723,10 +729,11 @@ class Checkpoints:
     """RUN_DIR/checkpoint.pt, all that --resume needs, written every --save-every steps, when the run
     stops and at its end; with --save-model the network alone too, as NAME.pt (for --eval-model).
 
-    It holds the network and, where the script has them, the target network, the optimizer, numpy's
+    It holds the network, the optimizer and, where the script has them, the target network and numpy's
     Generator; numpy's, torch's and python's global random streams; the step and update counts; the
-    last 100 games' scores; the flags (args, whole); and the names of the replay's files (ReplayFiles).
-    Only tensors, numbers, strings, lists and dicts: what torch.load(weights_only=True) reads."""
+    last 100 games' scores; the flags (args, whole); and the names of the replay's files (ReplayFiles, in
+    the DQN scripts). Only tensors, numbers, strings, lists, tuples, dicts and None: what
+    torch.load(weights_only=True) reads."""
 
     def __init__(self, args, run_dir, actions_count, progress, network, optimizer, target_network=None, rng=None, replay=None):
         self.args, self.run_dir, self.actions_count, self.progress = args, run_dir, actions_count, progress
@@ -833,11 +840,12 @@ def write_rows(path, arrays):
 class ReplayFiles:
     """The replay memory on disk, for --resume, never written whole (1M transitions are 7 GB).
 
-    Its new rows go into files under RUN_DIR/replay as they come: CHUNK_TRANSITIONS consecutive ring
-    rows a file, written in a background thread and never modified after. A checkpoint writes only
-    the rows since the last file and names the files that hold the ring at that moment: a resumed run
-    rebuilds the ring from them alone, never with a row written after. A file whose rows have all been
-    overwritten since is deleted once a checkpoint that does not name it is on disk."""
+    Its new rows go into files under RUN_DIR/replay as they come: consecutive ring rows, up to
+    CHUNK_TRANSITIONS transitions and a quarter of the ring a file, written in a background thread and
+    never modified after. A checkpoint writes only the rows since the last file and names the files that
+    hold the ring at that moment: a resumed run rebuilds the ring from them alone, never with a row
+    written after. A file whose rows have all been overwritten since is deleted once a checkpoint that
+    does not name it is on disk."""
 
     def __init__(self, replay, run_dir):
         self.replay, self.run_dir = replay, run_dir
@@ -880,7 +888,7 @@ class ReplayFiles:
             if path in self.named:
                 self.retired.append(path)  # the last checkpoint still needs it
             else:
-                self.thread.submit(os.remove, os.path.join(self.run_dir, path))  # (deleting 58 MB takes a while)
+                self.thread.submit(os.remove, os.path.join(self.run_dir, path))  # (deleting tens of MB takes a while)
 
     def save(self):
         """At a checkpoint: the rows since the last file, then the state it saves (the files' names)."""
@@ -918,7 +926,7 @@ class ReplayFiles:
 
 
 def read_checkpoint(run_dir):
-    """RUN_DIR's checkpoint, read with weights_only (tensors, numbers, strings, lists and dicts: nothing in
+    """RUN_DIR's checkpoint, read with weights_only (tensors, numbers, strings and containers: nothing in
     a run directory can run code), or None where it is truncated or not a checkpoint at all."""
     try:
         checkpoint = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True)
@@ -930,7 +938,7 @@ def read_checkpoint(run_dir):
 
 def resumed_args(p, argv, run_dir):
     """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside --resume.
-    Any other flag given is refused, as is a run directory this script cannot go on with; either way
+    Any other flag given with a new value is refused, as is a run directory this script cannot go on with; either way
     nothing is written."""
     path = os.path.join(run_dir, CHECKPOINT)
     if not os.path.isdir(run_dir):
@@ -968,7 +976,7 @@ def resumed_args(p, argv, run_dir):
 
 
 def end_run(network, args, run_dir, writer, device, checkpoints, global_step, updates):
-    """After the main loop: a checkpoint; unless stopped, evaluate the model; exit 128 + the signal if stopped."""
+    """After the main loop: a checkpoint; unless stopped, --save-model's evaluation; exit 128 + the signal if stopped."""
     if stop_signals:  # Ctrl-C, kill or a closed terminal: a checkpoint, flushed logs, how to go on; no evaluation games
         print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {global_step:,}", flush=True)
         checkpoints.save(global_step, updates)
@@ -1027,8 +1035,8 @@ def watch_saved_model(network_class, args, run_dir, writer, device):
 def evaluate_and_log(network, args, run_dir, writer, device):
     """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores."""
     writer.flush()
-    if signal.getsignal(signal.SIGINT) is on_stop_signal:  # only games are left, nothing to save:
-        for signum in STOP_SIGNALS:  # Ctrl-C, kill or a closed terminal ends them at once, as by default
+    for signum in STOP_SIGNALS:  # only games are left, nothing to save: Ctrl-C, kill or a closed terminal
+        if signal.getsignal(signum) is on_stop_signal:  # ends them at once, as by default (nohup's SIGHUP stays ignored)
             signal.signal(signum, signal.SIG_DFL)
     video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
     evaluations = 1

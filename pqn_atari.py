@@ -85,7 +85,7 @@ def parse_args(argv=None):
         action=argparse.BooleanOptionalAction,
         default=False,
         help="with --save-model or --eval-model, record the evaluation games as mp4 under videos/: the game's screen "
-        "in colour, and beside it the agent's 84x84 view (needs imageio, imageio-ffmpeg)",
+        "in colour, and in a second file the agent's 84x84 view, 4x (needs imageio, imageio-ffmpeg)",
     )
     p.add_argument(
         "--save-every",
@@ -134,9 +134,10 @@ def parse_args(argv=None):
 
 
 # ---------------------------------------------------------------- the games (environment)
-def make_env(env_id, envs_count, seed):
+def make_env(env_id, envs_count):
     """AtariVectorEnv with the DeepMind preprocessing in C++: 0-29 no-op frames on reset, frame skip 4
-    with a max over the last two frames, one 84x84 gray frame a step; raw rewards and real game ends."""
+    with a max over the last two frames, one 84x84 gray frame a step; raw rewards and real game ends.
+    Its first reset seeds the games (AtariGames')."""
     return AtariVectorEnv(
         rom_name(env_id),
         envs_count,
@@ -168,15 +169,16 @@ class AtariGames:
     """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
 
     - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
-      copies of its first frame (the emulator knows nothing of lives, so we stack them here).
+      copies of its first frame (AtariVectorEnv's own stack would run on across a lost life).
     - Steps played for the agent, neither transitions nor counted (as in CleanRL): FIRE, then
       action 2 to start a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for
-      it), and the step that resets a finished game, which ignores its action (gymnasium's default).
+      it; NOOP in a game without FIRE; CleanRL plays NOOP, FIRE, 2 there), and the step that resets
+      a finished game, which ignores its action (gymnasium's default).
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
       the whole game's real score and its length in the agent's steps."""
 
     def __init__(self, env_id, envs_count, seed):
-        self.envs = make_env(env_id, envs_count, seed)
+        self.envs = make_env(env_id, envs_count)
         self.action_space = self.envs.single_action_space
         action_set = self.envs.ale.get_action_set()
         self.fire = action_set.index(Action.FIRE) if Action.FIRE in action_set else 0
@@ -185,7 +187,7 @@ class AtariGames:
         self.launch = [self.fire, 2] if Action.FIRE in action_set and len(action_set) >= 3 else []
         frames, infos = self.envs.reset(seed=seed)
         self.obs = frames.repeat(STACK, axis=1)
-        self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode
+        self.firsts = np.ones(envs_count, dtype=bool)  # obs opens an episode (the DQN scripts' replay reads it)
         self.lives = infos["lives"]
         self.queued = [list(self.launch) for _ in range(envs_count)]  # actions to play for the agent, in order
         self.agent_acts = np.array([not queue for queue in self.queued])  # the next step is the agent's
@@ -214,7 +216,8 @@ class AtariGames:
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
         self.agent_acts = np.array([not queue for queue in self.queued])
-        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state.
+        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state
+        # (as in CleanRL's DQN; its PPO and PQN end the episode there).
         return np.sign(rewards), terminations | life_lost, finished
 
 
@@ -277,7 +280,7 @@ def q_lambda_returns(rewards, values, dones, agent_acted, next_values, gamma, q_
 
     V(s) here is max_a Q(s, a), the greedy policy's value. With lambda = 0 the target is DQN's
     one-step TD target; towards 1 it leans less on the network and more on the rewards that
-    followed.
+    followed. This is Peng's Q(lambda), as PQN's: the returns run on through exploratory actions too.
 
     rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended the
     episode for learning: its target is its reward alone. agent_acted[t] is False for a step played
@@ -321,7 +324,9 @@ def main(argv=None):
     rollout_agent_acted = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
     progress = Progress(writer, args.total_timesteps)
     checkpoints = Checkpoints(args, run_dir, actions_count, progress, q_network, optimizer, rng=rng)
-    global_step, updates = checkpoints.restore(checkpoint)  # 0, 0; with --resume the checkpoint's, and all above as saved
+    global_step, updates = checkpoints.restore(
+        checkpoint
+    )  # 0, 0; with --resume the checkpoint's, all above as saved but the games (they start anew)
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
@@ -486,7 +491,7 @@ def check_args(p, args):
             f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 4) = "
             f"{args.envs_count * (args.rollout_length // 4)}"
         )
-    envs = make_env(args.env_id, 1, 0)
+    envs = make_env(args.env_id, 1)
     envs.close()
     if not isinstance(envs.single_action_space, Discrete):
         p.error(f"argument --env-id: this script needs a discrete action space, {args.env_id} has {envs.single_action_space}")
@@ -645,7 +650,7 @@ def on_stop_signal(signum, frame):
 
 
 CHECKPOINT = "checkpoint.pt"
-# The flags a resumed run may change; any other given beside --resume is refused: the run keeps its own.
+# The flags a resumed run may change; any other given beside --resume with a new value is refused.
 CHANGEABLE = [
     "total_timesteps",
     "save_every",
@@ -670,7 +675,7 @@ def save_atomically(data, path):
 
 
 def plain(data):
-    """data with numpy's numbers made python's (a step count, PPO's annealed learning rate): the
+    """data with numpy's numbers made python's (a step count, an annealed learning rate): the
     checkpoint then holds only what torch.load(weights_only=True) reads."""
     if isinstance(data, dict):
         return {key: plain(value) for key, value in data.items()}
@@ -695,10 +700,11 @@ class Checkpoints:
     """RUN_DIR/checkpoint.pt, all that --resume needs, written every --save-every steps, when the run
     stops and at its end; with --save-model the network alone too, as NAME.pt (for --eval-model).
 
-    It holds the network and, where the script has them, the target network, the optimizer, numpy's
+    It holds the network, the optimizer and, where the script has them, the target network and numpy's
     Generator; numpy's, torch's and python's global random streams; the step and update counts; the
-    last 100 games' scores; the flags (args, whole); and the names of the replay's files (ReplayFiles).
-    Only tensors, numbers, strings, lists and dicts: what torch.load(weights_only=True) reads."""
+    last 100 games' scores; the flags (args, whole); and the names of the replay's files (ReplayFiles, in
+    the DQN scripts). Only tensors, numbers, strings, lists, tuples, dicts and None: what
+    torch.load(weights_only=True) reads."""
 
     def __init__(self, args, run_dir, actions_count, progress, network, optimizer, target_network=None, rng=None, replay=None):
         self.args, self.run_dir, self.actions_count, self.progress = args, run_dir, actions_count, progress
@@ -788,7 +794,7 @@ class Checkpoints:
 
 
 def read_checkpoint(run_dir):
-    """RUN_DIR's checkpoint, read with weights_only (tensors, numbers, strings, lists and dicts: nothing in
+    """RUN_DIR's checkpoint, read with weights_only (tensors, numbers, strings and containers: nothing in
     a run directory can run code), or None where it is truncated or not a checkpoint at all."""
     try:
         checkpoint = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True)
@@ -800,7 +806,7 @@ def read_checkpoint(run_dir):
 
 def resumed_args(p, argv, run_dir):
     """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside --resume.
-    Any other flag given is refused, as is a run directory this script cannot go on with; either way
+    Any other flag given with a new value is refused, as is a run directory this script cannot go on with; either way
     nothing is written."""
     path = os.path.join(run_dir, CHECKPOINT)
     if not os.path.isdir(run_dir):
@@ -838,7 +844,7 @@ def resumed_args(p, argv, run_dir):
 
 
 def end_run(network, args, run_dir, writer, device, checkpoints, global_step, updates):
-    """After the main loop: a checkpoint; unless stopped, evaluate the model; exit 128 + the signal if stopped."""
+    """After the main loop: a checkpoint; unless stopped, --save-model's evaluation; exit 128 + the signal if stopped."""
     if stop_signals:  # Ctrl-C, kill or a closed terminal: a checkpoint, flushed logs, how to go on; no evaluation games
         print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {global_step:,}", flush=True)
         checkpoints.save(global_step, updates)
@@ -897,8 +903,8 @@ def watch_saved_model(network_class, args, run_dir, writer, device):
 def evaluate_and_log(network, args, run_dir, writer, device):
     """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores."""
     writer.flush()
-    if signal.getsignal(signal.SIGINT) is on_stop_signal:  # only games are left, nothing to save:
-        for signum in STOP_SIGNALS:  # Ctrl-C, kill or a closed terminal ends them at once, as by default
+    for signum in STOP_SIGNALS:  # only games are left, nothing to save: Ctrl-C, kill or a closed terminal
+        if signal.getsignal(signum) is on_stop_signal:  # ends them at once, as by default (nohup's SIGHUP stays ignored)
             signal.signal(signum, signal.SIG_DFL)
     video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
     evaluations = 1

@@ -93,7 +93,7 @@ def catch_returns(script_module, argv, monkeypatch):
     """Run a script's main() on tests/catch.py instead of Atari; the returns of its games in order."""
     import catch
 
-    monkeypatch.setattr(script_module, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    monkeypatch.setattr(script_module, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     return read_scalars(script_module.main(argv))["charts/episodic_return"][1]
 
 

@@ -288,7 +288,7 @@ def test_bad_input_from_the_command_line(tmp_path):
 
 
 def test_continuous_action_space_is_refused(in_tmp, monkeypatch, capsys):
-    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, n, seed: AtariVectorEnv("breakout", n, continuous=True))
+    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, n: AtariVectorEnv("breakout", n, continuous=True))
     with pytest.raises(SystemExit) as exit_info:
         dqn_atari.main(["--total-timesteps", "100"])
     assert exit_info.value.code == 2 and "--env-id" in capsys.readouterr().err

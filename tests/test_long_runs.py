@@ -351,7 +351,7 @@ def test_time_left_follows_the_rate_once_dqn_learns(in_tmp, monkeypatch, capsys)
                 dqn_atari.stop_signals.append(signal.SIGINT)  # as Ctrl-C does
             return super().recv()
 
-    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count, seed: TimedCatch(envs_count))
+    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count: TimedCatch(envs_count))
     monkeypatch.setattr(dqn_atari, "time", types.SimpleNamespace(time=lambda: clock.now))
     monkeypatch.setattr(dqn_atari, "stop_signals", [])
     with pytest.raises(SystemExit) as exit_info:
@@ -415,3 +415,23 @@ def test_eval_epsilon_is_the_share_of_random_actions_in_the_evaluation(script, i
     shares = [actions.count(action) / len(actions) for action in range(4)]
     assert len(actions) >= 300 and 0.75 <= shares[3] <= 0.875, shares  # three standard deviations either side
     assert all(0.02 <= share <= 0.105 for share in shares[:3]), shares
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_evaluation_leaves_nohups_sighup_ignored(script, in_tmp, monkeypatch):
+    """Run as a script, Ctrl-C and kill stop the evaluation games at once (nothing is left to save),
+    but a run started under nohup keeps SIGHUP ignored: a closed terminal must not end it."""
+    mod = module(script)
+    handlers = {signum: signal.getsignal(signum) for signum in mod.STOP_SIGNALS}
+    args = mod.parse_args(["--eval-episodes", "1", "--eval-epsilon", "1.0"])  # random play: a short game
+    try:
+        signal.signal(signal.SIGINT, mod.on_stop_signal)  # as __main__ sets them under nohup
+        signal.signal(signal.SIGTERM, mod.on_stop_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with torch.utils.tensorboard.SummaryWriter(str(in_tmp)) as writer:
+            mod.evaluate_and_log(getattr(mod, NETWORK[script])(4), args, str(in_tmp), writer, torch.device("cpu"))
+        now = {signum: signal.getsignal(signum) for signum in mod.STOP_SIGNALS}
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert now == {signal.SIGINT: signal.SIG_DFL, signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_IGN}

@@ -95,7 +95,7 @@ def test_gae_limits_are_the_td_error_and_the_monte_carlo_return():
 def test_rollout_marks_the_steps_that_only_reset_a_game(tmp_path, monkeypatch):
     """On Catch every game lasts 5 steps, so each environment's rollout rows follow a known pattern."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     seen = []
     real_gae = ppo_atari.gae
 

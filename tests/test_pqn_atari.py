@@ -97,7 +97,7 @@ def test_epsilon_greedy_explores_at_the_rate_asked():
 
 def test_rollout_marks_the_steps_that_only_reset_a_game(in_tmp, monkeypatch):
     """On Catch every game lasts 5 steps, so each environment's rollout rows follow a known pattern."""
-    monkeypatch.setattr(pqn_atari, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    monkeypatch.setattr(pqn_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     seen = []
     real_returns = pqn_atari.q_lambda_returns
 

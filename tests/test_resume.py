@@ -196,7 +196,7 @@ def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkey
     monkeypatch.setattr(mod.Checkpoints, "save", save)
     monkeypatch.setattr(mod, "SummaryWriter", Writer)
     monkeypatch.setattr(mod, "stop_signals", [])
-    monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count, seed: KilledCatch(envs_count))
+    monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count: KilledCatch(envs_count))
     with pytest.raises(Killed):
         mod.main(["--total-timesteps", "1000", "--save-every", "300", "--seed", "4"] + IN_PROCESS[script])
     (run_dir,) = glob.glob(os.path.join("runs", "*"))
@@ -204,7 +204,7 @@ def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkey
     steps_logged = [steps for steps, _ in read_scalars(run_dir).values()]
     assert max(s.max() for s in steps_logged) > saves[0]["step"]  # the killed run logged beyond its checkpoint
 
-    monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     mod.stop_signals.append(signal.SIGINT)  # the resumed run stops at its loop's top: its state is the restored one
     with pytest.raises(SystemExit) as exit_info:
         mod.main(["--resume", run_dir])
@@ -256,9 +256,7 @@ def finished_run(tmp_path_factory):
     argv = ["--total-timesteps", "120", "--keep-checkpoint", "--seed", "5"] + IN_PROCESS["dqn_atari.py"]
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.chdir(cwd)
-        monkeypatch.setattr(
-            module("dqn_atari.py"), "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count)
-        )
+        monkeypatch.setattr(module("dqn_atari.py"), "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
         return os.path.join(cwd, module("dqn_atari.py").main(argv))
 
 
@@ -350,7 +348,7 @@ def test_bad_resume_is_refused_and_leaves_the_directory_as_it_was(finished_run, 
 
 def test_a_finished_run_with_its_replay_goes_on_to_a_larger_total(finished_run, tmp_path, monkeypatch, capsys):
     run_dir = copied_run(finished_run, tmp_path)
-    monkeypatch.setattr(module("dqn_atari.py"), "make_env", lambda env_id, envs_count, seed: catch.CatchVectorEnv(envs_count))
+    monkeypatch.setattr(module("dqn_atari.py"), "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     module("dqn_atari.py").main(["--resume", run_dir, "--total-timesteps", "150", "--no-keep-checkpoint"])
     out = capsys.readouterr().out
     (resumed_line,) = [line for line in out.splitlines() if "resumed at" in line]
