@@ -114,7 +114,7 @@ def parse_args(argv=None):
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
     p.add_argument("--eval-epsilon", type=probability, default=0.05, help="chance of a random action in the evaluation games")
     # Algorithm
-    p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. PongNoFrameskip-v4")
+    p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. pong (NoFrameskip-v4's setup)")
     p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
     p.add_argument("--learning-rate", type=positive_float, default=1e-4, help="Adam's learning rate")
     p.add_argument("--buffer-size", type=positive_int, default=1_000_000, help="transitions the replay memory holds")
