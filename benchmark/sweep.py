@@ -75,6 +75,8 @@ def main(argv=None):
     # the scripts seed numpy with it and their emulators with it plus their index (32-bit numbers)
     if bad := [seed for seed in args.seeds if not 0 <= seed <= 2**30]:  # the scripts' own range for --seed
         p.error(f"argument --seeds: each must be in [0, 2**30], got {' '.join(map(str, bad))}")
+    if twice := sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1}):  # one run, counted as two seeds
+        p.error(f"argument --seeds: each seed once, got {' '.join(map(str, twice))} more than once")
     for flag, folder in (("--out", args.out), ("--results-dir", args.results_dir)):
         if os.path.exists(folder) and not os.path.isdir(folder):
             p.error(f"argument {flag}: {folder} is a file, not a folder")

@@ -569,7 +569,10 @@ def test_sweep_refuses_bad_runs_budget_seeds_and_folders_before_starting(in_tmp,
             refused(sweep_tool.main, [*run, "--seeds", *seeds], capsys)
             == f"argument --seeds: each must be in [0, 2**30], got {bad}"
         )
-    assert os.listdir(in_tmp) == ["afile"]  # no sweep/, no docs/results
+    assert refused(sweep_tool.main, [*run, "--seeds", "1", "2", "1"], capsys) == (
+        "argument --seeds: each seed once, got 1 more than once"
+    )
+    assert os.listdir(in_tmp) == ["afile"]  # no sweep/, no results
 
 
 def test_benchmarks_refuse_bad_numbers_and_folders_before_starting(in_tmp, monkeypatch, capsys):
