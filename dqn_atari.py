@@ -351,9 +351,7 @@ def main(argv=None):
     progress = Progress(writer, args.total_timesteps, warm_up=args.learning_starts)
     replay_files = ReplayFiles(replay, run_dir)
     checkpoints = Checkpoints(args, run_dir, actions_count, progress, q_network, optimizer, target_network, rng, replay_files)
-    global_step, updates = checkpoints.restore(
-        checkpoint
-    )  # 0, 0; with --resume the checkpoint's, all above as saved but the games (they start anew)
+    global_step, updates = checkpoints.restore(checkpoint)  # 0, 0; or --resume's, with all above as saved but the games
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
@@ -938,8 +936,8 @@ def read_checkpoint(run_dir):
 
 def resumed_args(p, argv, run_dir):
     """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside --resume.
-    Any other flag given with a new value is refused, as is a run directory this script cannot go on with; either way
-    nothing is written."""
+    Any other flag given with a new value is refused, as is a run directory this script cannot go on
+    with; either way nothing is written."""
     path = os.path.join(run_dir, CHECKPOINT)
     if not os.path.isdir(run_dir):
         p.error(f"argument --resume: {run_dir} is not a directory")
