@@ -223,7 +223,8 @@ def test_gray_frame_is_cleanrls_gray_to_one_level():
 def test_learning_sees_clipped_rewards_and_a_terminal_at_each_lost_life_the_logs_whole_scores():
     """Space Invaders at random (aliens are worth 5 to 30 points, three lives): every reward learnt from
     is the sign of the game's, every lost life ends an episode for learning, and each finished game's
-    logged score is the sum of its real rewards. AtariGames is the same class in every script."""
+    logged score is the sum of its real rewards, its length the agent's steps in it (not the launches
+    played for it). AtariGames is the same class in every script."""
     games, rng = dqn_atari.AtariGames("SpaceInvadersNoFrameskip-v4", 2, 3), np.random.default_rng(3)
     real_recv, seen = games.envs.recv, []
 
@@ -233,10 +234,11 @@ def test_learning_sees_clipped_rewards_and_a_terminal_at_each_lost_life_the_logs
         return step
 
     games.envs.recv = recv
-    real_sums, scores, lives_lost = np.zeros(2), [], 0
+    real_sums, agent_steps, scores, lives_lost, played_for_it = np.zeros(2), np.zeros(2, dtype=int), [], 0, 0
     while len(scores) < 2:
         lives = games.lives.copy()
-        games.send(rng.integers(0, games.action_space.n, size=2))
+        agent_acted = games.send(rng.integers(0, games.action_space.n, size=2))
+        agent_steps, played_for_it = agent_steps + agent_acted, played_for_it + int((~agent_acted).sum())
         rewards, dones, ended = games.recv()
         real_rewards, game_over = seen[-1]
         np.testing.assert_array_equal(rewards, np.sign(real_rewards))
@@ -245,9 +247,11 @@ def test_learning_sees_clipped_rewards_and_a_terminal_at_each_lost_life_the_logs
         lives_lost += int((lost & ~game_over).sum())
         real_sums += real_rewards
         assert [score for score, _ in ended] == real_sums[game_over].tolist()  # the whole game's real score
-        real_sums[game_over], scores = 0.0, scores + [score for score, _ in ended]
+        assert [length for _, length in ended] == agent_steps[game_over].tolist()
+        real_sums[game_over], agent_steps[game_over], scores = 0.0, 0, scores + [score for score, _ in ended]
         assert len(seen) < 20_000, "two random games of Space Invaders end long before"
     assert lives_lost >= 2 and max(max(r) for r, _ in seen) >= 5, "lives were lost, rewards above 1 were clipped"
+    assert played_for_it >= 2 * 2 + lives_lost, "each game's launch and each relaunch were steps not counted"
 
 
 @pytest.mark.parametrize("script", [ppo_atari, pqn_atari], ids=lambda m: m.__name__)

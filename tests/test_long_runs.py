@@ -156,13 +156,15 @@ def test_sigkill_leaves_the_last_complete_checkpoint(tmp_path):
     # A checkpoint every 64 steps. Once one is complete, the kill comes as soon as the next one is
     # being written: most often it lands in that write.
     run = Run("dqn_atari.py", ["--total-timesteps", "1000000", "--save-model", "--save-every", "64"] + DQN_SMALL, tmp_path)
-    deadline = time.time() + 120
+    deadline, seen = time.time() + 120, []
     for name in ["dqn_atari.pt", "dqn_atari.pt.tmp"]:
-        while not glob.glob(os.path.join(tmp_path, "runs", "*", name)) and time.time() < deadline:
+        while not (found := glob.glob(os.path.join(tmp_path, "runs", "*", name))) and time.time() < deadline:
             time.sleep(0.001)
+        seen.append(bool(found))
     run.proc.kill()
     returncode, output = run.finish()
     assert returncode == -signal.SIGKILL, output
+    assert seen == [True, True], "a model saved, then the next written into its .tmp file before it replaces it"
     run_dir = run.run_dir()
     assert sorted(glob.glob("*.pt", root_dir=run_dir)) == ["checkpoint.pt", "dqn_atari.pt"]  # a temporary file is no model
     written = {"dqn_atari.pt", "dqn_atari.pt.tmp", "checkpoint.pt", "checkpoint.pt.tmp", "replay"}
