@@ -315,22 +315,39 @@ def test_a_dead_worker_is_named_with_how_it_died():
 
 
 def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, monkeypatch):
-    """The workers' acting network (in shared memory) starts as the learner's fresh Q-network; after
-    learning starts it is refreshed with every batch's updates, so that the run ends with it holding
-    exactly the trained weights, which the gradient steps have moved."""
-    loads, ended, load, end_run = [], [], dqn_atari_mp.QNetwork.load_state_dict, dqn_atari_mp.end_run
+    """The workers' acting network (in shared memory) starts as the learner's fresh Q-network; once
+    learning has started it is refreshed after every batch's updates, so that the run ends with it
+    holding exactly the trained weights, which the gradient steps have moved. The TD targets come
+    from the target network, never from the network being trained."""
+    loads, ended, batch_steps, bootstraps, forwards = [], [], [], [], []
+    load, forward = dqn_atari_mp.QNetwork.load_state_dict, dqn_atari_mp.QNetwork.forward
+    end_run, td_target, linear_schedule = dqn_atari_mp.end_run, dqn_atari_mp.td_target, dqn_atari_mp.linear_schedule
 
     def spy_load(self, state_dict, *rest, **kwargs):
         if next(self.parameters()).is_shared():  # the acting network: the learner's are not shared
             loads.append({name: value.clone() for name, value in state_dict.items()})
         return load(self, state_dict, *rest, **kwargs)
 
+    def spy_forward(self, frames):
+        forwards.append(self)
+        return forward(self, frames)
+
+    def spy_td_target(rewards, dones, next_q_max, gamma):
+        bootstraps.append(forwards[-1])  # the network whose pass gave next_q_max, just before
+        return td_target(rewards, dones, next_q_max, gamma)
+
     def spy_end_run(network, *rest):
-        ended.append({name: value.clone() for name, value in network.state_dict().items()})
+        ended.append((network, {name: value.clone() for name, value in network.state_dict().items()}))
         return end_run(network, *rest)
 
+    def spy_schedule(start_e, end_e, duration, t):  # the learner calls it once a batch, with the step
+        batch_steps.append(t)
+        return linear_schedule(start_e, end_e, duration, t)
+
+    for name, spy in [("end_run", spy_end_run), ("td_target", spy_td_target), ("linear_schedule", spy_schedule)]:
+        monkeypatch.setattr(dqn_atari_mp, name, spy)
     monkeypatch.setattr(dqn_atari_mp.QNetwork, "load_state_dict", spy_load)
-    monkeypatch.setattr(dqn_atari_mp, "end_run", spy_end_run)
+    monkeypatch.setattr(dqn_atari_mp.QNetwork, "forward", spy_forward)
     handlers = {signum: signal.getsignal(signum) for signum in dqn_atari_mp.STOP_SIGNALS}
     flags = ["--total-timesteps", "800", "--learning-starts", "320", "--buffer-size", "2000", "--batch-size", "8"]
     try:
@@ -338,8 +355,10 @@ def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, 
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    (trained,) = ended
+    ((q_network, trained),) = ended
     fresh, latest = loads[0], loads[-1]
-    assert len(loads) >= 10, "a refresh after each batch once learning has started"
+    assert len(loads) == 1 + sum(step > 320 for step in batch_steps) >= 10, "the start, then each batch once learning"
     assert any(not torch.equal(fresh[name], trained[name]) for name in trained), "the gradient steps moved the weights"
     assert all(torch.equal(latest[name], trained[name]) for name in trained), "the workers end with the trained weights"
+    assert len(bootstraps) >= 100 and all(network is not q_network for network in bootstraps)
+    assert len({id(network) for network in bootstraps}) == 1, "one target network"
