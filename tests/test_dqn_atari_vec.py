@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import assert_refused, catch_returns, read_scalars, run_bad, run_script
 
+import dqn_atari
 import dqn_atari_vec
 
 SAME = [
@@ -188,3 +189,40 @@ def test_learns_catch_beyond_random_from_four_games(in_tmp, monkeypatch):
     returns = catch_returns(dqn_atari_vec, flags + ["--learn-steps-period", "2", "--envs-count", "4"], monkeypatch)
     assert catch.random_policy_return() < -0.5
     assert returns[-100:].mean() > 0.5, returns[-100:].mean()
+
+
+@pytest.mark.parametrize("script", [dqn_atari, dqn_atari_vec], ids=lambda m: m.__name__)
+def test_td_targets_come_from_the_target_network_that_follows_the_q_network(script, in_tmp, monkeypatch):
+    """Catch, 2 games (1 in dqn_atari.py), the target network copied every 100 steps, an update every 2:
+    every TD target bootstraps from the target network, never from the network being trained, and
+    that network changes only where a copy is due."""
+    forwards, bootstraps, ended = [], [], []
+    forward, td_target, end_run = script.QNetwork.forward, script.td_target, script.end_run
+
+    def spy_forward(self, frames):
+        forwards.append(self)
+        return forward(self, frames)
+
+    def spy_td_target(rewards, dones, next_q_max, gamma):
+        target_network = forwards[-1]  # the pass that gave next_q_max, just before
+        bootstraps.append((target_network, [p.detach().clone() for p in target_network.parameters()]))
+        return td_target(rewards, dones, next_q_max, gamma)
+
+    def spy_end_run(network, *rest):
+        ended.append(network)
+        return end_run(network, *rest)
+
+    for name, spy in [("td_target", spy_td_target), ("end_run", spy_end_run)]:
+        monkeypatch.setattr(script, name, spy)
+    monkeypatch.setattr(script.QNetwork, "forward", spy_forward)
+    envs = ["--envs-count", "2"] if script is dqn_atari_vec else []
+    flags = ["--total-timesteps", "400", "--learning-starts", "100", "--buffer-size", "400", "--batch-size", "8"]
+    catch_returns(script, flags + envs + ["--learn-steps-period", "2", "--target-network-frequency", "100"], monkeypatch)
+    (q_network,) = ended
+    assert len(bootstraps) >= 140 and all(network is not q_network for network, _ in bootstraps)
+    assert len({id(network) for network, _ in bootstraps}) == 1, "one target network"
+    copies = sum(
+        any(not torch.equal(a, b) for a, b in zip(before, after))
+        for (_, before), (_, after) in zip(bootstraps, bootstraps[1:])
+    )
+    assert copies == 2, "copied at steps 200 and 300 (at 100 learning has not started: the copy is the same network)"
