@@ -437,3 +437,23 @@ def test_the_evaluation_leaves_nohups_sighup_ignored(script, in_tmp, monkeypatch
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert now == {signal.SIGINT: signal.SIG_DFL, signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_IGN}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_eval_model_plays_with_the_saved_weights(script, in_tmp, monkeypatch):
+    """--eval-model's games are played by a network with exactly the weights in the file (here a
+    network of another seed than the run's, saved as --save-model saves one)."""
+    mod, network_class, players = module(script), getattr(module(script), NETWORK[script]), []
+    torch.manual_seed(123)
+    saved = network_class(4).state_dict()
+    torch.save({"script": script, "env_id": "BreakoutNoFrameskip-v4", "actions_count": 4, "state_dict": saved}, "model.pt")
+    forward = network_class.forward
+
+    def spy_forward(self, frames):
+        players.append(self)
+        return forward(self, frames)
+
+    monkeypatch.setattr(network_class, "forward", spy_forward)
+    mod.main(["--eval-model", "model.pt", "--eval-episodes", "1"])
+    assert len({id(player) for player in players}) == 1
+    assert all(torch.equal(value, saved[name]) for name, value in players[0].state_dict().items())
