@@ -18,6 +18,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
 from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
 
+import a2c_batched  # noqa: E402
 import ppo_atari  # noqa: E402
 
 TAGS = [
@@ -236,3 +237,14 @@ def test_clipped_surrogate_loss_by_hand():
     torch.testing.assert_close(loss, torch.tensor((-1.2 - 0.9 + 1.5 + 0.8) / 4))
     loss.backward()
     torch.testing.assert_close(ratio.grad, torch.tensor([0.0, -0.25, 0.25, 0.0]))  # clipped terms push no further
+
+
+@pytest.mark.parametrize("script", [a2c_batched, ppo_atari], ids=lambda m: m.__name__)
+def test_the_entropy_bonus_keeps_the_policy_spread(script, in_tmp, monkeypatch, one_torch_thread):
+    """Catch (3 actions), the entropy bonus alone (--ent-coef 1, --vf-coef 0): every update leaves the
+    policy's entropy near its largest, log 3; with the bonus's sign turned it falls to 0 within a few."""
+    monkeypatch.setattr(script, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    flags = ["--envs-count", "4", "--rollout-length", "32", "--ent-coef", "1", "--vf-coef", "0", "--learning-rate", "1e-3"]
+    steps = ["--total-timesteps", "1500"] if script is a2c_batched else ["--total-timesteps", "600", "--num-minibatches", "2"]
+    entropies = read_scalars(script.main(flags + steps))["losses/entropy"][1]
+    assert len(entropies) >= 4 and entropies.min() > 0.99 * np.log(3), entropies
