@@ -125,35 +125,6 @@ def test_short_run_with_two_workers_then_nothing_left(tmp_path):
     assert len(returns) >= 2 and np.all(returns >= 0) and np.all(returns == np.round(returns))
 
 
-def test_ctrl_c_stops_everything_flushes_and_saves(tmp_path):
-    proc = start(
-        [
-            "--total-timesteps",
-            "1000000",
-            "--learning-starts",
-            "640",
-            "--buffer-size",
-            "4000",
-            "--batch-size",
-            "8",
-            "--save-model",
-        ],
-        tmp_path,
-    )
-    workers = wait_for_workers(proc, 2)
-    wait_for_line(proc, "step ")
-    wait_for_line(proc, "step ")  # a second progress line: events have been written
-    proc.send_signal(signal.SIGINT)
-    sent = time.time()
-    proc.wait(timeout=10)
-    assert all_gone(workers, within=sent + 10 - time.time()), "every process is gone within 10 s"
-    assert proc.returncode == 130
-    run_dir = run_dir_of(tmp_path)
-    assert os.path.isfile(os.path.join(run_dir, "dqn_atari_mp.pt"))
-    scalars = read_scalars(run_dir)
-    assert "charts/SPS" in scalars and "charts/updates" in scalars
-
-
 def test_ctrl_c_while_the_workers_start_stops_quietly(tmp_path):
     """A terminal's Ctrl-C goes to the whole process group: workers still importing torch must not
     print a KeyboardInterrupt traceback; the learner alone handles it."""

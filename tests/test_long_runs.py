@@ -114,6 +114,8 @@ def stopped(tmp_path_factory):
         runs[script, signum] = Run(script, ["--total-timesteps", "1000000", "--save-model"] + SMALL[script], cwd)
     for (script, signum), run in runs.items():
         run.wait_for("step ")  # the loop has run for 5 s and logged to TensorBoard
+        with open(f"/proc/{run.proc.pid}/task/{run.proc.pid}/children") as f:
+            run.children = [int(pid) for pid in f.read().split()]  # dqn_atari_mp.py's workers, among others
         run.proc.send_signal(signum)
         if script == "dqn_atari.py":
             run.wait_for("stopped by")
@@ -128,14 +130,26 @@ def stopped(tmp_path_factory):
             output=output,
             run_dir=run_dir,
             model_path=os.path.join(run_dir, f"{script[:-3]}.pt"),
+            children=run.children,
+            children_left=[pid for pid in run.children if is_running(pid)],
         )
     return results
+
+
+def is_running(pid):
+    """A process that has not exited (a zombie waiting for its reaper has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize("script, signum", STOPS, ids=[f"{s}-{n.name}" for s, n in STOPS])
 def test_a_stop_signal_saves_flushes_and_exits(stopped, script, signum):
     run = stopped[script, signum]
     assert run.returncode == 128 + signum, run.output  # 130 after Ctrl-C, 143 after kill
+    assert run.children_left == [] and len(run.children) >= (2 if script == "dqn_atari_mp.py" else 0), run.children
     assert "Traceback" not in run.output, run.output
     assert f"stopped by {signum.name} at step " in run.output
     assert f"model saved to {os.path.relpath(run.model_path, run.cwd)}" in run.output
