@@ -146,6 +146,29 @@ def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, on
     check_noop_games(calls[: len(messages) * dqn_atari_mp.SEND_BATCH], lengths)
 
 
+@pytest.mark.parametrize("learner_step, epsilon", [(0, 1.0), (500_000, 0.505), (5_000_000, 0.01)])
+def test_mp_workers_explore_at_the_learners_step(learner_step, epsilon, monkeypatch, one_torch_thread):
+    """A worker's epsilon follows the learner's global step (shared with it), not its own count of
+    steps: 1 to 0.01 over the first 10% of the default 10M steps."""
+    seen, stop = [], SimpleNamespace(value=0)
+
+    def spy_epsilon_greedy(network, obs, epsilon, *rest):
+        seen.append(epsilon)
+        stop.value = len(seen) >= 40
+        return np.zeros(len(obs), dtype=np.int64)
+
+    monkeypatch.setattr(dqn_atari_mp, "epsilon_greedy", spy_epsilon_greedy)
+    args = dqn_atari_mp.parse_args(["--buffer-size", "1000"])
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        dqn_atari_mp.worker(
+            1, args, None, SimpleNamespace(send=lambda message: None), SimpleNamespace(value=learner_step), stop
+        )
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    np.testing.assert_allclose(seen, epsilon)
+
+
 class Recorder:
     """The script's real environment, with the actions it was given kept in `played`."""
 
