@@ -248,3 +248,12 @@ def test_the_entropy_bonus_keeps_the_policy_spread(script, in_tmp, monkeypatch, 
     steps = ["--total-timesteps", "1500"] if script is a2c_batched else ["--total-timesteps", "600", "--num-minibatches", "2"]
     entropies = read_scalars(script.main(flags + steps))["losses/entropy"][1]
     assert len(entropies) >= 4 and entropies.min() > 0.99 * np.log(3), entropies
+
+
+def test_target_kl_ends_the_epochs_once_the_policy_has_moved_that_far(in_tmp, monkeypatch, one_torch_thread):
+    """Catch, 2 rollouts of 4 x 32 steps in 2 minibatches, 4 epochs: 16 gradient steps; with a target
+    KL that the first epoch always passes, one epoch a rollout, 4."""
+    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    flags = ["--envs-count", "4", "--rollout-length", "32", "--num-minibatches", "2", "--total-timesteps", "256"]
+    updates = [ppo_atari.read_checkpoint(ppo_atari.main(flags + more))["updates"] for more in ([], ["--target-kl", "1e-9"])]
+    assert updates == [16, 4]
