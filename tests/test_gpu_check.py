@@ -38,7 +38,9 @@ def gpu_check(args, tmp_path, env=None):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def test_every_script_takes_the_flags_and_logs_the_tags_of_the_check():
+def test_every_script_takes_the_flags_and_names_the_tags_the_check_reads():
+    """The check's flags parse in each script, and the tags it reads back are in the script's source (the
+    Breakout runs of each script's own tests check that they are logged)."""
     for script in SCRIPTS:
         module = importlib.import_module(script[: -len(".py")])
         for flags in (gpu_check_module.FLAGS[script], gpu_check_module.QUICK_FLAGS[script]):
