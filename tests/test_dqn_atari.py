@@ -306,41 +306,6 @@ def test_a_new_run_never_overwrites_an_old_one(in_tmp):
     assert first != second and os.path.isdir(first) and os.path.isdir(second)
 
 
-def test_capture_video_writes_the_evaluation_games(tmp_path):
-    pytest.importorskip("imageio_ffmpeg")
-    _, run_dir = run_script(
-        "dqn_atari.py",
-        [
-            "--total-timesteps",
-            "200",
-            "--learning-starts",
-            "100",
-            "--buffer-size",
-            "1000",
-            "--save-model",
-            "--capture-video",
-            "--eval-episodes",
-            "1",
-            "--keep-checkpoint",
-        ],
-        tmp_path,
-    )
-    videos = sorted(os.listdir(os.path.join(run_dir, "videos")))
-    assert videos == ["eval_game_0.mp4", "eval_game_0_agent.mp4"]  # the screen, and the agent's view beside it
-    import imageio.v3 as iio
-
-    screen, view = (iio.imread(os.path.join(run_dir, "videos", video)) for video in videos)
-    assert screen.shape[1:] == (210, 160, 3) and view.shape[1:] == (336, 336, 3)
-    assert len(screen) == len(view) > 50 and screen.max() > 0
-    # The finished run goes on and is evaluated again: its first videos stay as they were, the new ones beside them.
-    first = {video: os.stat(os.path.join(run_dir, "videos", video)).st_mtime_ns for video in videos}
-    resume = [sys.executable, os.path.join(ROOT, "dqn_atari.py"), "--resume", run_dir, "--total-timesteps", "250"]
-    proc = subprocess.run(resume, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert {video: os.stat(os.path.join(run_dir, "videos", video)).st_mtime_ns for video in videos} == first
-    assert sorted(os.listdir(os.path.join(run_dir, "videos_2"))) == videos
-
-
 # Run a script as on a system with no /proc/meminfo and no os.sysconf (Windows; macOS lacks SC_AVPHYS_PAGES).
 NO_MEMORY_INFO = """
 import builtins, os, runpy, sys

@@ -138,7 +138,8 @@ def wandb_records(offline_dir):
 def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path, monkeypatch):
     """A short training run with --track, offline, its evaluation game filmed: the W&B run holds every
     TensorBoard scalar, the flags, the run directory's name, the script's code and the game's video.
-    Resumed to a larger total, it goes on in the same W&B run (the same id)."""
+    Resumed to a larger total, it goes on in the same W&B run (the same id), and its new evaluation's
+    videos go beside the first ones, which stay as they were."""
     pytest.importorskip("wandb")
     pytest.importorskip("imageio_ffmpeg")
     shutil.copy(os.path.join(ROOT, "dqn_atari.py"), tmp_path)  # run from its folder: W&B saves code found there
@@ -183,7 +184,12 @@ def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path, monkeypatch):
     assert read(offline_dir, "files", video["videos/eval_game_0/path"]) == read(run_dir, "videos", "eval_game_0.mp4")
 
     # --resume (--track is the run's own flag) goes on in the W&B run with the id kept in the run directory
-    dqn_atari_py("--resume", run_dir, "--total-timesteps", "300", "--no-capture-video", "--no-keep-checkpoint")
+    videos = sorted(os.listdir(os.path.join(run_dir, "videos")))
+    assert videos == ["eval_game_0.mp4", "eval_game_0_agent.mp4"]  # the screen, and the agent's view
+    first = {video: os.stat(os.path.join(run_dir, "videos", video)).st_mtime_ns for video in videos}
+    dqn_atari_py("--resume", run_dir, "--total-timesteps", "300", "--no-keep-checkpoint")
+    assert {video: os.stat(os.path.join(run_dir, "videos", video)).st_mtime_ns for video in videos} == first
+    assert sorted(os.listdir(os.path.join(run_dir, "videos_2"))) == videos
     offline_dirs = sorted(glob.glob(os.path.join(tmp_path, "wandb", "offline-run-*")))
     assert len(offline_dirs) == 2 and offline_dirs[0] == offline_dir
     run_id = read(run_dir, "wandb_run_id").decode()
