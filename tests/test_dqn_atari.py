@@ -73,8 +73,11 @@ def test_short_run_logs_what_a_user_reads(short_run):
     assert steps[-1] == 1800 and updates[-1] == SHORT_UPDATES
     assert len(scalars["losses/td_loss"][1]) == int(updates[-1]) // 100
     eps_steps, eps = scalars["charts/epsilon"]
-    # From 1 to 0.01 over --exploration-fraction 0.5 of the run, 900 steps, then 0.01: at each step logged
-    np.testing.assert_allclose(eps, np.maximum(1.0 - 0.99 * eps_steps / 900, 0.01), rtol=1e-6)
+    # From 1 to 0.01 over --exploration-fraction 0.5 of the run, 900 steps, then 0.01 (logged with each
+    # 5-second progress line: how many fall before step 900 depends on the machine's pace). The value
+    # logged at step s is the last step's: s - 1 before an agent's step made it s, s after one played for it.
+    schedule = lambda step: np.maximum(1.0 - 0.99 * step / 900, 0.01)  # noqa: E731
+    assert np.all(np.isclose(eps, schedule(eps_steps), rtol=1e-6) | np.isclose(eps, schedule(eps_steps - 1), rtol=1e-6))
     assert np.all(scalars["charts/SPS"][1] > 0)
     assert len(scalars["eval/episodic_return"][1]) == 1
     assert os.path.isfile(os.path.join(run_dir, "dqn_atari.pt"))
