@@ -729,6 +729,7 @@ def start_workers(args, acting_network, global_step):
     # else): if the learner dies, a worker's next send, at most 32 steps on, fails and the worker ends.
     # Ctrl-C and a closed terminal (both sent to every process in the terminal's group), ignored while they
     # start, stay ignored in the workers (it survives exec): the learner stops them once it has saved the run.
+    # (A Ctrl-C in the few milliseconds the learner ignores it too is lost: press it again.)
     pipes, workers = [], []
     learner_handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS if signum != signal.SIGTERM}
     for index in range(args.workers_count):

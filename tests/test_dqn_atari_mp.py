@@ -137,7 +137,10 @@ def test_ctrl_c_while_the_workers_start_stops_quietly(tmp_path):
         text=True,
         start_new_session=True,
     )  # a process group of its own, as a terminal's job
-    workers = [pid for pid in wait_for_workers(proc, 2) if is_worker(pid)]  # seen within 0.2 s of their start
+    # The learner's first line comes once it has started its workers and taken Ctrl-C back (a Ctrl-C in the
+    # few milliseconds before is ignored by the learner too); the workers are still importing torch.
+    assert "steps on cpu" in proc.stdout.readline()
+    workers = [pid for pid in wait_for_workers(proc, 2) if is_worker(pid)]
     for pid in workers:  # they ignore SIGINT from the start, long before their imports are done
         with open(f"/proc/{pid}/status") as f:
             ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
@@ -337,7 +340,7 @@ def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, 
 
 
 def test_learns_catch_beyond_random_from_two_workers(in_tmp, monkeypatch):
-    """dqn_atari_vec.py's Catch run (2,000 steps, 750 updates), its steps played by two worker processes:
+    """dqn_atari.py's Catch run (2,000 steps, 750 updates), its steps played by two worker processes:
     it must learn as well (each worker's steps in its own column, the workers acting with the learner's
     weights as they improve)."""
     monkeypatch.setattr(dqn_atari_mp, "worker", mp_helpers.worker_on_catch)
@@ -350,5 +353,5 @@ def test_learns_catch_beyond_random_from_two_workers(in_tmp, monkeypatch):
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert catch.random_policy_return() < -0.5
-    # 0.62 in one run (dqn_atari_vec.py's 0.5 bar is too close: here the workers' pace varies from run to run)
+    # 0.62 in one run (dqn_atari.py's 0.5 bar is too close: here the workers' pace varies from run to run)
     assert returns[-100:].mean() > 0.2, returns[-100:].mean()

@@ -123,6 +123,9 @@ def stopped(tmp_path_factory):
     results = {}
     for (script, signum), run in runs.items():
         returncode, output = run.finish()
+        deadline = time.time() + 10  # an orphan ends on its own once it sees the run gone: give it a moment
+        while any(map(is_running, run.children)) and time.time() < deadline:
+            time.sleep(0.1)
         run_dir = run.run_dir()
         results[script, signum] = types.SimpleNamespace(
             cwd=run.cwd,
