@@ -219,11 +219,9 @@ def test_bad_input_from_the_command_line(tmp_path):
 
 # ---------------------------------------------------------------- learning
 def test_learns_catch(in_tmp, monkeypatch):
-    returns = catch_returns(
-        ppo_atari,
-        ["--total-timesteps", "6144", "--envs-count", "8", "--rollout-length", "32", "--learning-rate", "1e-3", "--seed", "1"],
-        monkeypatch,
-    )
+    # Two epochs, not four: half the gradient steps, enough here (0.50; 0.42 and 0.49 with seeds 2 and 3)
+    flags = ["--total-timesteps", "6144", "--envs-count", "8", "--rollout-length", "32", "--update-epochs", "2"]
+    returns = catch_returns(ppo_atari, flags + ["--learning-rate", "1e-3", "--seed", "1"], monkeypatch)
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
 
