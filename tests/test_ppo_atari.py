@@ -255,3 +255,36 @@ def test_target_kl_ends_the_epochs_once_the_policy_has_moved_that_far(in_tmp, mo
     flags = ["--envs-count", "4", "--rollout-length", "32", "--num-minibatches", "2", "--total-timesteps", "256"]
     updates = [ppo_atari.read_checkpoint(ppo_atari.main(flags + more))["updates"] for more in ([], ["--target-kl", "1e-9"])]
     assert updates == [16, 4]
+
+
+@pytest.mark.parametrize("norm_adv", [True, False])
+def test_norm_adv_and_the_gradient_clip(norm_adv, in_tmp, monkeypatch, one_torch_thread):
+    """Catch, 2 rollouts, 2 minibatches, 4 epochs: 16 gradient steps. --norm-adv gives each minibatch's
+    advantages mean 0 and std 1 (--no-norm-adv leaves them as GAE made them); every step's gradient is
+    clipped to --max-grad-norm before Adam takes it."""
+    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    advantages, clipped = [], []
+    loss, clip = ppo_atari.clipped_surrogate_loss, torch.nn.utils.clip_grad_norm_
+
+    def spy_loss(mb_advantages, ratio, clip_coef):
+        advantages.append(mb_advantages.detach().clone())
+        return loss(mb_advantages, ratio, clip_coef)
+
+    def spy_clip(parameters, max_norm):
+        parameters = list(parameters)
+        clip(parameters, max_norm)
+        clipped.append((max_norm, torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters]))))
+
+    monkeypatch.setattr(ppo_atari, "clipped_surrogate_loss", spy_loss)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy_clip)
+    flags = ["--envs-count", "4", "--rollout-length", "32", "--num-minibatches", "2", "--total-timesteps", "256"]
+    flags += ["--max-grad-norm", "0.01", "--norm-adv" if norm_adv else "--no-norm-adv"]
+    ppo_atari.main(flags)
+    assert len(advantages) == len(clipped) == 16
+    means = torch.stack([a.mean() for a in advantages]).abs()
+    stds = torch.stack([a.std(correction=0) for a in advantages])
+    if norm_adv:
+        assert means.max() < 1e-5 and (stds - 1).abs().max() < 1e-4, (means, stds)
+    else:  # Catch's returns are within [-1, 1]: raw advantages are spread far less than 1
+        assert (stds - 1).abs().min() > 0.1 and means.max() > 1e-3, (means, stds)
+    assert all(max_norm == 0.01 and norm <= 0.01 * (1 + 1e-5) for max_norm, norm in clipped), clipped[:3]
