@@ -292,9 +292,8 @@ def test_a_new_run_never_overwrites_an_old_one(in_tmp):
     assert first != second and os.path.isdir(first) and os.path.isdir(second)
 
 
-# Run a script as on a system with no /proc/meminfo and no os.sysconf (Windows; macOS lacks SC_AVPHYS_PAGES).
-def test_trains_where_the_system_does_not_say_how_much_memory_is_free(in_tmp, monkeypatch):
-    """No /proc/meminfo and no os.sysconf (as on Windows): the replay's memory check is skipped, the run trains."""
+def hide_meminfo(monkeypatch):
+    """/proc/meminfo gone, as on every system but Linux."""
     real_open = open
 
     def open_without_meminfo(path, *args, **kwargs):
@@ -303,6 +302,11 @@ def test_trains_where_the_system_does_not_say_how_much_memory_is_free(in_tmp, mo
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", open_without_meminfo)
+
+
+def test_trains_where_the_system_does_not_say_how_much_memory_is_free(in_tmp, monkeypatch):
+    """No /proc/meminfo and no os.sysconf (as on Windows): the replay's memory check is skipped, the run trains."""
+    hide_meminfo(monkeypatch)
     monkeypatch.delattr(os, "sysconf")
     assert dqn_atari.available_memory_bytes() is None
     flags = ["--total-timesteps", "300", "--learning-starts", "100", "--buffer-size", "1000", "--batch-size", "8"]
@@ -317,14 +321,7 @@ def test_free_memory_is_none_where_the_system_does_not_tell(script, monkeypatch)
     Windows (no os.sysconf) do not, and there the check is skipped instead of failing."""
     module = __import__(script)
     assert module.available_memory_bytes() > 0  # Linux: /proc/meminfo
-    real_open = open
-
-    def open_without_meminfo(path, *args, **kwargs):
-        if str(path) == "/proc/meminfo":
-            raise FileNotFoundError(2, "No such file or directory", path)
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr("builtins.open", open_without_meminfo)
+    hide_meminfo(monkeypatch)
     assert module.available_memory_bytes() > 0  # other Unixes: sysconf
     real_sysconf = os.sysconf
 
