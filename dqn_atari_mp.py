@@ -26,6 +26,7 @@ dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.p
 import argparse
 import collections
 import multiprocessing.connection
+import multiprocessing.resource_tracker
 import os
 import random
 import re
@@ -727,11 +728,17 @@ def start_workers(args, acting_network, global_step):
     # message, the learner reads an end (EOFError), not wait forever as on a queue shared by all. The other
     # way round, the read end is the learner's only (spawn gives a worker its own write end and nothing
     # else): if the learner dies, a worker's next send, at most 32 steps on, fails and the worker ends.
-    # Ctrl-C and a closed terminal (both sent to every process in the terminal's group), ignored while they
-    # start, stay ignored in the workers (it survives exec): the learner stops them once it has saved the run.
-    # (A Ctrl-C in the few milliseconds the learner ignores it too is lost: press it again.)
+    # Ctrl-C and a closed terminal (both sent to every process in the terminal's group) are blocked while the
+    # workers start: a worker keeps them blocked for good (a signal mask survives exec), so they never reach
+    # it, even as it imports torch, and the learner stops it once it has saved the run. In the learner they
+    # wait until it unblocks them: none is lost. (Windows has no signal masks.)
+    terminal_signals = [signum for signum in STOP_SIGNALS if signum != signal.SIGTERM]
+    can_block = hasattr(signal, "pthread_sigmask")
+    if can_block:
+        # multiprocessing's resource tracker starts with the first worker otherwise, and unblocks SIGINT after
+        multiprocessing.resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, terminal_signals)
     pipes, workers = [], []
-    learner_handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS if signum != signal.SIGTERM}
     for index in range(args.workers_count):
         pipe, worker_end = context.Pipe(duplex=False)
         worker_args = (index, args, acting_network, worker_end, shared_step, stop)
@@ -739,8 +746,8 @@ def start_workers(args, acting_network, global_step):
         workers[-1].start()
         worker_end.close()
         pipes.append(pipe)
-    for signum, handler in learner_handlers.items():
-        signal.signal(signum, handler)
+    if can_block:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, terminal_signals)
     return pipes, workers, shared_step, stop
 
 
