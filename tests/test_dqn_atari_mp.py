@@ -142,6 +142,7 @@ def test_ctrl_c_while_the_workers_start_stops_quietly(tmp_path):
         deadline = time.time() + 60
         while not (workers := [pid for pid in children(proc.pid) if is_worker(pid)]) and time.time() < deadline:
             time.sleep(0.002)
+        assert workers, "no worker within 60 s"
         with open(f"/proc/{workers[0]}/status") as f:  # blocked from the start, long before its imports are done
             blocked = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
         assert blocked & (1 << (signal.SIGINT - 1)) and blocked & (1 << (signal.SIGHUP - 1)), "a starting worker would die"
@@ -356,5 +357,5 @@ def test_learns_catch_beyond_random_from_two_workers(in_tmp, monkeypatch):
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert catch.random_policy_return() < -0.5
-    # 0.62 in one run (dqn_atari.py's 0.5 bar is too close: here the workers' pace varies from run to run)
+    # 0.62, 0.8, 0.8 in runs here (dqn_atari.py's 0.5 bar is too close: here the workers' pace varies from run to run)
     assert returns[-100:].mean() > 0.2, returns[-100:].mean()
