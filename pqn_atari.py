@@ -349,6 +349,8 @@ def main(argv=None):
                 writer.add_scalar("charts/episodic_return", score, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 progress.returns.append(score)
+                # CleanRL's PQN also charts the mean of the last 20 games: its curves overlay ours
+                writer.add_scalar("charts/avg_episodic_return", np.mean(list(progress.returns)[-20:]), global_step)
             progress.show(global_step, updates, {"charts/epsilon": epsilon})
             if global_step >= args.total_timesteps or stop_signals:
                 break

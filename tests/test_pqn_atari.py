@@ -15,13 +15,14 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
-from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
+from conftest import assert_refused, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
 
 import pqn_atari  # noqa: E402
 
 TAGS = [
     "charts/episodic_return",
     "charts/episodic_length",
+    "charts/avg_episodic_return",
     "charts/SPS",
     "charts/learning_rate",
     "charts/epsilon",
@@ -221,26 +222,31 @@ def test_bad_input_from_the_command_line(tmp_path):
 # ---------------------------------------------------------------- learning
 def test_learns_catch(in_tmp, monkeypatch):
     # Short rollouts and two epochs: 192 small updates, enough on Catch, and half a minute here
-    returns = catch_returns(
-        pqn_atari,
-        [
-            "--total-timesteps",
-            "3072",
-            "--envs-count",
-            "8",
-            "--rollout-length",
-            "16",
-            "--update-epochs",
-            "2",
-            "--learning-rate",
-            "1e-3",
-            "--seed",
-            "1",
-        ],
-        monkeypatch,
+    monkeypatch.setattr(pqn_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    scalars = read_scalars(
+        pqn_atari.main(
+            [
+                "--total-timesteps",
+                "3072",
+                "--envs-count",
+                "8",
+                "--rollout-length",
+                "16",
+                "--update-epochs",
+                "2",
+                "--learning-rate",
+                "1e-3",
+                "--seed",
+                "1",
+            ]
+        )
     )
+    returns = scalars["charts/episodic_return"][1]
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
+    # As CleanRL's PQN, each game's end also charts the mean score of the last 20 games
+    last_20_means = [np.mean(returns[max(i - 19, 0) : i + 1]) for i in range(len(returns))]
+    np.testing.assert_allclose(scalars["charts/avg_episodic_return"][1], last_20_means, rtol=1e-6)
 
 
 def test_every_hidden_layer_is_normalized_before_its_relu():
