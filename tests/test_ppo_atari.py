@@ -288,3 +288,19 @@ def test_norm_adv_and_the_gradient_clip(norm_adv, in_tmp, monkeypatch, one_torch
     else:  # Catch's returns are within [-1, 1]: raw advantages are spread far less than 1
         assert (stds - 1).abs().min() > 0.1 and means.max() > 1e-3, (means, stds)
     assert all(max_norm == 0.01 and norm <= 0.01 * (1 + 1e-5) for max_norm, norm in clipped), clipped[:3]
+
+
+def test_clip_vloss_charges_the_larger_of_the_plain_and_the_clipped_value_error(in_tmp, monkeypatch, one_torch_thread):
+    """Catch, one rollout, one minibatch, 2 epochs. The first gradient step is the same with and
+    without --clip-vloss (the values have not moved yet, so clipping changes nothing); it moves
+    V(s) towards the returns by more than --clip-coef (0.1), so the second step's critic loss, the
+    one logged, is larger with --clip-vloss: each error is the larger of the plain one and that of
+    the value kept within clip_coef of the rollout's."""
+    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    flags = ["--envs-count", "4", "--rollout-length", "32", "--num-minibatches", "1", "--update-epochs", "2"]
+    flags += ["--total-timesteps", "128", "--learning-rate", "1e-3"]
+    losses = [
+        read_scalars(ppo_atari.main(flags + [clip]))["losses/value_loss"][1] for clip in ("--clip-vloss", "--no-clip-vloss")
+    ]
+    assert len(losses[0]) == len(losses[1]) == 1
+    assert losses[0][0] > 1.05 * losses[1][0], losses  # measured: 0.78 against 0.68
