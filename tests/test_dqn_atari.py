@@ -1,6 +1,7 @@
 """dqn_atari.py on real ALE games, plus its pure pieces checked against hand-computed values."""
 
 import os
+import signal
 
 import catch
 import numpy as np
@@ -231,6 +232,36 @@ def test_replay_costs_one_frame_per_transition():
         a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones, replay.agent_acted, replay.firsts)
     )
     assert total / 10_000 == dqn_atari.REPLAY_BYTES_PER_TRANSITION <= 7_500
+
+
+def test_a_second_ctrl_c_while_saving_waits_for_the_save(in_tmp, monkeypatch):
+    """A Ctrl-C at step 300 ends the loop; a second one in the middle of writing the checkpoint only
+    joins the first (no exception cuts the save short): the checkpoint reads back, exit status 130."""
+    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    monkeypatch.setattr(dqn_atari, "stop_signals", [])
+    show, save = dqn_atari.Progress.show, dqn_atari.save_atomically
+
+    def show_then_ctrl_c(progress, step, *rest):
+        show(progress, step, *rest)
+        if step >= 300 and not dqn_atari.stop_signals:
+            signal.raise_signal(signal.SIGINT)  # the handler runs as raise_signal returns
+
+    def save_with_a_ctrl_c_inside(data, path):
+        signal.raise_signal(signal.SIGINT)
+        save(data, path)
+
+    monkeypatch.setattr(dqn_atari.Progress, "show", show_then_ctrl_c)
+    monkeypatch.setattr(dqn_atari, "save_atomically", save_with_a_ctrl_c_inside)
+    handler = signal.signal(signal.SIGINT, dqn_atari.on_stop_signal)  # as when run as a script
+    try:
+        with pytest.raises(SystemExit) as stop:
+            dqn_atari.main(["--total-timesteps", "1000", "--learning-starts", "100", "--buffer-size", "1000"])
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert stop.value.code == 130 and dqn_atari.stop_signals == [signal.SIGINT, signal.SIGINT]
+    (run_dir,) = [os.path.join("runs", name) for name in os.listdir("runs")]
+    checkpoint = dqn_atari.read_checkpoint(run_dir)
+    assert checkpoint["resumable"] and 300 <= checkpoint["global_step"] < 1000, checkpoint and checkpoint["global_step"]
 
 
 def test_learns_catch_beyond_random(in_tmp, monkeypatch):

@@ -106,8 +106,9 @@ STOPS = [(script, signal.SIGINT) for script in SCRIPTS] + [("dqn_atari_vec.py", 
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
-    """Every script started with --save-model, then stopped once it has printed a progress line. For
-    dqn_atari.py a second Ctrl-C follows the first as soon as the run says it stops: while it saves."""
+    """Every script started with --save-model, then stopped once it has printed a progress line. (A
+    second Ctrl-C while a run saves: tests/test_dqn_atari.py, in-process, at a known moment; here it
+    could land after the save, as Python's exit restores the default handlers, and kill the run.)"""
     runs = {}
     for script, signum in STOPS:
         cwd = tmp_path_factory.mktemp(f"{script[:-3]}_{signum.name}")
@@ -117,9 +118,6 @@ def stopped(tmp_path_factory):
         with open(f"/proc/{run.proc.pid}/task/{run.proc.pid}/children") as f:
             run.children = [int(pid) for pid in f.read().split()]  # dqn_atari_mp.py's workers, among others
         run.proc.send_signal(signum)
-        if script == "dqn_atari.py":
-            run.wait_for("stopped by")
-            run.proc.send_signal(signal.SIGINT)
     results = {}
     for (script, signum), run in runs.items():
         returncode, output = run.finish()
