@@ -130,6 +130,40 @@ def let_go_of_run_dirs():
         held.clear()
 
 
+def descendants(pid):
+    """Every process under pid, children first (Linux: read from /proc; elsewhere none)."""
+    parents = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+        except (ValueError, OSError):  # not a process, or one that has just ended
+            pass
+    found, todo = [], [pid]
+    while todo:
+        found += (children := parents.get(todo.pop(), []))
+        todo += children
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test():
+    """A test that fails halfway may leave the runs it started going (1M steps, a day): each would slow
+    every later test on a 2-core machine till they time out too. Whatever a test started that is still
+    running when it ends is killed (multiprocessing's resource tracker, shared by the in-process mp
+    runs, stays)."""
+    before = set(descendants(os.getpid()))
+    yield
+    for pid in descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if pid in before or b"resource_tracker" in f.read():
+                    continue
+            os.kill(pid, 9)
+        except OSError:  # it ended meanwhile
+            pass
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -404,8 +404,14 @@ def test_a_closed_terminal_stops_the_run_with_a_checkpoint(tmp_path):
             output += os.read(terminal, 10_000)
     assert b"steps on cpu" in output, output
     os.close(terminal)  # the terminal is closed: its session gets SIGHUP
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP, open(os.path.join(tmp_path, "stderr.txt")).read()
+    deadline = time.time() + 60
+    while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.time() < deadline:
+        time.sleep(0.1)
+    if waited[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the run went on after its terminal closed")
+    assert os.waitstatus_to_exitcode(waited[1]) == 128 + signal.SIGHUP, open(os.path.join(tmp_path, "stderr.txt")).read()
     (run_dir,) = glob.glob(os.path.join(tmp_path, "runs", "*"))
     assert torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=True)["script"] == "dqn_atari.py"
 
@@ -492,6 +498,7 @@ def test_a_replay_the_disk_cannot_hold_for_resume_is_refused_at_once(script, in_
     import shutil
 
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - 2**30, 2**30))
+    monkeypatch.setattr(module(script), "available_memory_bytes", lambda: 2**40)  # memory is checked first: not short
 
     def no_game(*args):
         raise AssertionError("the refusal comes before any game is made")
