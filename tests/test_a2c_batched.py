@@ -100,7 +100,7 @@ def test_learns_catch(in_tmp, monkeypatch):
     # Catch is small and needs a fast start: a higher learning rate than Atari's, a larger entropy bonus,
     # which keeps the policy from settling on one move before the critic has learned what the states are
     # worth (its advantage is only as good as those values), and a shorter horizon, gamma 0.9 (a game's
-    # one reward comes 5 steps in), which the critic learns sooner: 0.62 here (0.82 with --seed 2).
+    # one reward comes 5 steps in), which the critic learns sooner. Seeds 1-8 here: 0.55 at the least.
     flags = ["--total-timesteps", "12000", "--envs-count", "4", "--rollout-length", "5", "--learning-rate", "1e-3"]
     returns = catch_returns(a2c_batched, flags + ["--ent-coef", "0.03", "--gamma", "0.9", "--seed", "1"], monkeypatch)
     random_return = catch.random_policy_return()  # about -0.65

@@ -219,8 +219,8 @@ def test_bad_input_from_the_command_line(tmp_path):
 
 # ---------------------------------------------------------------- learning
 def test_learns_catch(in_tmp, monkeypatch):
-    # Two epochs, not four: half the gradient steps, enough here (0.50; 0.42 and 0.49 with seeds 2 and 3)
-    flags = ["--total-timesteps", "6144", "--envs-count", "8", "--rollout-length", "32", "--update-epochs", "2"]
+    # Seeds 1-8 here: 0.48 at the least, 0.77 on average (with 2 epochs instead of 4, as low as 0.18)
+    flags = ["--total-timesteps", "6144", "--envs-count", "8", "--rollout-length", "32"]
     returns = catch_returns(ppo_atari, flags + ["--learning-rate", "1e-3", "--seed", "1"], monkeypatch)
     random_return = catch.random_policy_return()  # about -0.65
     assert np.mean(returns[-200:]) > 0.3 > random_return + 0.9, (np.mean(returns[-200:]), random_return)
