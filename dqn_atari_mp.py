@@ -538,6 +538,7 @@ def check_args(p, args):
     if args.buffer_size // args.workers_count < 2 * STACK:
         p.error(f"argument --buffer-size: must be at least {2 * STACK} * --workers-count = {2 * STACK * args.workers_count}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
+    free = None if free is None else free - args.workers_count * WORKER_BYTES  # the workers' share is not the replay's
     if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay
         p.error(
             f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "

@@ -210,6 +210,18 @@ def test_bad_input_fails_at_once(args, flag, in_tmp, capsys):
     assert_refused(dqn_atari_mp.main, args, flag, capsys)
 
 
+def test_the_replay_must_fit_beside_the_workers(in_tmp, monkeypatch, capsys):
+    """Memory enough for 1,000 transitions, or for 2 workers, but not for both: refused."""
+
+    def refusal_first(*args):
+        raise AssertionError("the refusal comes before any run starts")
+
+    replay, workers = 1000 * dqn_atari_mp.REPLAY_BYTES_PER_TRANSITION, 2 * dqn_atari_mp.WORKER_BYTES
+    monkeypatch.setattr(dqn_atari_mp, "available_memory_bytes", lambda: replay + workers - 1)
+    monkeypatch.setattr(dqn_atari_mp, "start_workers", refusal_first)
+    assert_refused(dqn_atari_mp.main, ["--buffer-size", "1000", "--workers-count", "2"], "--buffer-size", capsys)
+
+
 def test_bad_input_from_the_command_line(tmp_path):
     message = run_bad("dqn_atari_mp.py", ["--workers-count", "0"], tmp_path)
     assert message.startswith("dqn_atari_mp.py: error: argument --workers-count"), message

@@ -179,6 +179,18 @@ def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, cap
     assert_refused(dqn_atari_vec.main, args, flag, capsys)
 
 
+def test_the_replay_must_fit_beside_the_games(in_tmp, monkeypatch, capsys):
+    """Memory enough for 1,000 transitions, or for 64 games, but not for both: refused."""
+
+    def refusal_first(*args):
+        raise AssertionError("the refusal comes before any run starts")
+
+    replay, games = 1000 * dqn_atari_vec.REPLAY_BYTES_PER_TRANSITION, 64 * dqn_atari_vec.EMULATOR_BYTES
+    monkeypatch.setattr(dqn_atari_vec, "available_memory_bytes", lambda: replay + games - 1)
+    monkeypatch.setattr(dqn_atari_vec, "make_env", refusal_first)
+    assert_refused(dqn_atari_vec.main, ["--buffer-size", "1000", "--envs-count", "64"], "--buffer-size", capsys)
+
+
 def test_learns_catch_beyond_random_from_four_games(in_tmp, monkeypatch):
     """dqn_atari.py's Catch run, its 2,000 steps made by four games stepped together: it must learn as
     well (each game's actions and rewards must land in its own column). Seeds 1-8 here: 0.56 at the
