@@ -964,8 +964,7 @@ class ReplayFiles:
         columns = replay.frames.shape[1]
         self.chunk_rows = max(1, min(CHUNK_TRANSITIONS // columns, replay.rows // 4))
         # A ring so small (a test's) that its rows not yet in a file and a worker's batch can go round it:
-        # its position cannot tell
-        # how many rows came in, so each checkpoint writes it whole instead.
+        # its position cannot tell how many rows came in, so each checkpoint writes it whole instead.
         self.whole = replay.rows < self.chunk_rows + SEND_BATCH
         self.written_to = [0] * columns  # the ring row where each column's rows not in a file yet start
         self.chunks = [collections.deque() for _ in range(columns)]  # each column's (path, first row, rows), oldest first
