@@ -69,6 +69,11 @@ def assert_refused(main, argv, flag, capsys):
     assert not os.path.exists("runs")
 
 
+def refused_before_this(*args, **kwargs):
+    """Patched over what starts a run (its games, its workers): a refusal must come first."""
+    raise AssertionError("bad input must be refused before any game or worker starts")
+
+
 def check_breakout_events(scalars, tags, steps, envs):
     """What every policy-gradient script's short Breakout run must log (scalars as read_scalars
     gives them). Every tag finite and in range; whole games with real scores (Breakout's bricks are

@@ -13,7 +13,7 @@ import mp_helpers
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, assert_refused, catch_returns, read_scalars, run_bad
+from conftest import ROOT, assert_refused, catch_returns, read_scalars, refused_before_this, run_bad
 
 import dqn_atari_mp
 
@@ -213,12 +213,9 @@ def test_bad_input_fails_at_once(args, flag, in_tmp, capsys):
 def test_the_replay_must_fit_beside_the_workers(in_tmp, monkeypatch, capsys):
     """Memory enough for 1,000 transitions, or for 2 workers, but not for both: refused."""
 
-    def refusal_first(*args):
-        raise AssertionError("the refusal comes before any run starts")
-
     replay, workers = 1000 * dqn_atari_mp.REPLAY_BYTES_PER_TRANSITION, 2 * dqn_atari_mp.WORKER_BYTES
     monkeypatch.setattr(dqn_atari_mp, "available_memory_bytes", lambda: replay + workers - 1)
-    monkeypatch.setattr(dqn_atari_mp, "start_workers", refusal_first)
+    monkeypatch.setattr(dqn_atari_mp, "start_workers", refused_before_this)
     assert_refused(dqn_atari_mp.main, ["--buffer-size", "1000", "--workers-count", "2"], "--buffer-size", capsys)
 
 

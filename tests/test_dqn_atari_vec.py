@@ -6,7 +6,7 @@ import catch
 import numpy as np
 import pytest
 import torch
-from conftest import assert_refused, catch_returns, read_scalars, run_bad, run_script
+from conftest import assert_refused, catch_returns, read_scalars, refused_before_this, run_bad, run_script
 
 import dqn_atari
 import dqn_atari_vec
@@ -182,12 +182,9 @@ def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, cap
 def test_the_replay_must_fit_beside_the_games(in_tmp, monkeypatch, capsys):
     """Memory enough for 1,000 transitions, or for 64 games, but not for both: refused."""
 
-    def refusal_first(*args):
-        raise AssertionError("the refusal comes before any run starts")
-
     replay, games = 1000 * dqn_atari_vec.REPLAY_BYTES_PER_TRANSITION, 64 * dqn_atari_vec.EMULATOR_BYTES
     monkeypatch.setattr(dqn_atari_vec, "available_memory_bytes", lambda: replay + games - 1)
-    monkeypatch.setattr(dqn_atari_vec, "make_env", refusal_first)
+    monkeypatch.setattr(dqn_atari_vec, "make_env", refused_before_this)
     assert_refused(dqn_atari_vec.main, ["--buffer-size", "1000", "--envs-count", "64"], "--buffer-size", capsys)
 
 

@@ -22,7 +22,7 @@ import catch
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, read_scalars
+from conftest import ROOT, read_scalars, refused_before_this
 
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 DQN_TINY = ["--learning-starts", "50", "--buffer-size", "200", "--batch-size", "8", "--learn-steps-period", "4"]
@@ -500,10 +500,7 @@ def test_a_replay_the_disk_cannot_hold_for_resume_is_refused_at_once(script, in_
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - 2**30, 2**30))
     monkeypatch.setattr(module(script), "available_memory_bytes", lambda: 2**40)  # memory is checked first: not short
 
-    def no_game(*args):
-        raise AssertionError("the refusal comes before any game is made")
-
-    monkeypatch.setattr(module(script), "make_env", no_game)
+    monkeypatch.setattr(module(script), "make_env", refused_before_this)
     error = refused(script, ["--buffer-size", "1000000"], capsys)
     assert "error: argument --buffer-size: a replay of 1,000,000 transitions needs up to" in error
     assert "GiB on disk for --resume, but only 1.0 GiB is free in" in error
