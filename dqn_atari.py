@@ -524,6 +524,13 @@ def check_args(p, args):
         p.error(f"argument --env-id: DQN needs a discrete action space, {args.env_id} has {envs.single_action_space}")
     if args.eval_model is not None and (error := model_error(args.eval_model, args.env_id, envs.single_action_space.n)):
         p.error(f"argument --eval-model: {error}")
+    if args.eval_model is None and args.learning_starts >= args.total_timesteps:  # allowed (benchmarks time the acting alone)
+        print(
+            f"note: --learning-starts {args.learning_starts:,} is not below --total-timesteps {args.total_timesteps:,}: "
+            f"this run only plays; it will not learn",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def new_run_dir(run_name):

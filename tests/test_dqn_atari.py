@@ -298,6 +298,17 @@ def test_bad_input_fails_at_once(args, flag, in_tmp, capsys):
     assert_refused(dqn_atari.main, args, flag, capsys)
 
 
+@pytest.mark.parametrize("script", ["dqn_atari", "dqn_atari_vec", "dqn_atari_mp"])
+def test_a_run_that_will_never_learn_says_so_before_it_starts(script, in_tmp, capsys):
+    """--learning-starts at or past --total-timesteps is allowed (a benchmark times the acting alone),
+    but a learner who shortened the run and kept the 80,000-step warm-up is told."""
+    parse_args = __import__(script).parse_args
+    parse_args(["--total-timesteps", "50000"])
+    assert "will not learn" in capsys.readouterr().err
+    parse_args(["--total-timesteps", "80001"])
+    assert "will not learn" not in capsys.readouterr().err
+
+
 def test_bad_input_from_the_command_line(tmp_path):
     message = run_bad("dqn_atari.py", ["--total-timesteps", "0"], tmp_path)
     assert message.startswith("dqn_atari.py: error: argument --total-timesteps"), message
