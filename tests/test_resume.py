@@ -368,7 +368,7 @@ def test_a_live_run_is_not_resumed_until_its_process_ends(tmp_path, monkeypatch,
     """A live run holds its directory: resuming it (as a second terminal, or a restart script, would)
     is refused by every script, so no two processes write one run. Killed with SIGKILL, it lets go."""
     run = start(
-        "dqn_atari.py", ["--total-timesteps", "100000", "--learning-starts", "100000", "--buffer-size", "1000"], tmp_path
+        "dqn_atari.py", ["--total-timesteps", "100000", "--learning-starts", "90000", "--buffer-size", "1000"], tmp_path
     )
     try:
         assert run.stdout.readline().startswith("runs")  # its first line: the run directory is made and held
