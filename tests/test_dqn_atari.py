@@ -107,6 +107,55 @@ def test_same_seed_same_losses_and_returns(in_tmp, one_torch_thread):
     check_seeding(dqn_atari.main, flags + ["--learn-steps-period", "2"], tags)
 
 
+def test_a_hundred_updates_match_a_hand_computation(in_tmp, monkeypatch, one_torch_thread):
+    """100 updates on Catch, redone by hand from the batches the replay gave: the target is
+    r + gamma * max_a' Q_target(s', a'), with no bootstrap past a terminal (on Catch a game's end is
+    its only reward); Q_target is a frozen copy, synced every --target-network-frequency steps; the
+    loss is the mean squared error of Q(s, a) of the actions taken; the 100th update logs it and the
+    mean Q(s, a)."""
+    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    networks, batches = [], []
+
+    class Recorded(dqn_atari.QNetwork):
+        def __init__(self, actions_count):
+            super().__init__(actions_count)
+            networks.append((self, {k: v.clone() for k, v in self.state_dict().items()}))
+
+    def recorded_sample(self, batch_size, rng, real=dqn_atari.ReplayMemory.sample):
+        batch = real(self, batch_size, rng)
+        batches.append([torch.from_numpy(np.copy(part)) for part in batch])
+        return batch
+
+    monkeypatch.setattr(dqn_atari, "QNetwork", Recorded)
+    monkeypatch.setattr(dqn_atari.ReplayMemory, "sample", recorded_sample)
+    warm_up, sync_every, lr = 40, 25, 1e-4  # one update a step after the warm-up; syncs after updates 10, 35, 60, 85
+    flags = ["--total-timesteps", "140", "--learning-starts", str(warm_up), "--learn-steps-period", "1"]
+    flags += ["--buffer-size", "200", "--batch-size", "8", "--target-network-frequency", str(sync_every)]
+    scalars = read_scalars(dqn_atari.main(flags))
+    assert len(batches) == 100
+
+    (trained, initial_state), _ = networks  # the Q-network, then the target network
+    q_network, target_network = (dqn_atari.QNetwork(3).to(memory_format=torch.channels_last) for _ in range(2))
+    q_network.load_state_dict(initial_state)
+    target_network.load_state_dict(initial_state)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=lr, fused=True)
+    for update, (states, actions, rewards, next_states, dones) in enumerate(batches, 1):
+        assert torch.equal(dones.bool(), rewards != 0)
+        with torch.no_grad():
+            target = rewards + 0.99 * target_network(next_states).max(1).values * (1 - dones.float())
+        q_taken = q_network(states).gather(1, actions.long()[:, None]).squeeze(1)
+        loss = ((q_taken - target) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if (warm_up + update) % sync_every == 0:
+            target_network.load_state_dict(q_network.state_dict())
+    assert scalars["losses/td_loss"][1].tolist() == pytest.approx([loss.item()], rel=1e-3)
+    assert scalars["losses/q_values"][1].tolist() == pytest.approx([q_taken.mean().item()], rel=1e-3)
+    for name, weights in q_network.state_dict().items():
+        torch.testing.assert_close(trained.state_dict()[name], weights, rtol=1e-3, atol=1e-6)
+
+
 def test_td_target_by_hand():
     rewards = torch.tensor([1.0, 0.0, -1.0, 1.0])
     dones = torch.tensor([0.0, 1.0, 0.0, 1.0])
