@@ -107,35 +107,37 @@ def test_same_seed_same_losses_and_returns(in_tmp, one_torch_thread):
     check_seeding(dqn_atari.main, flags + ["--learn-steps-period", "2"], tags)
 
 
-def test_a_hundred_updates_match_a_hand_computation(in_tmp, monkeypatch, one_torch_thread):
+@pytest.mark.parametrize("script", ["dqn_atari", "dqn_atari_vec"])
+def test_a_hundred_updates_match_a_hand_computation(script, in_tmp, monkeypatch, one_torch_thread):
     """100 updates on Catch, redone by hand from the batches the replay gave: the target is
     r + gamma * max_a' Q_target(s', a'), with no bootstrap past a terminal (on Catch a game's end is
     its only reward); Q_target is a frozen copy, synced every --target-network-frequency steps; the
     loss is the mean squared error of Q(s, a) of the actions taken; the 100th update logs it and the
-    mean Q(s, a)."""
-    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    mean Q(s, a). dqn_atari_vec.py's loop too, with one environment."""
+    dqn = __import__(script)
+    monkeypatch.setattr(dqn, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     networks, batches = [], []
 
-    class Recorded(dqn_atari.QNetwork):
+    class Recorded(dqn.QNetwork):
         def __init__(self, actions_count):
             super().__init__(actions_count)
             networks.append((self, {k: v.clone() for k, v in self.state_dict().items()}))
 
-    def recorded_sample(self, batch_size, rng, real=dqn_atari.ReplayMemory.sample):
+    def recorded_sample(self, batch_size, rng, real=dqn.ReplayMemory.sample):
         batch = real(self, batch_size, rng)
         batches.append([torch.from_numpy(np.copy(part)) for part in batch])
         return batch
 
-    monkeypatch.setattr(dqn_atari, "QNetwork", Recorded)
-    monkeypatch.setattr(dqn_atari.ReplayMemory, "sample", recorded_sample)
+    monkeypatch.setattr(dqn, "QNetwork", Recorded)
+    monkeypatch.setattr(dqn.ReplayMemory, "sample", recorded_sample)
     warm_up, sync_every, lr = 40, 25, 1e-4  # one update a step after the warm-up; syncs after updates 10, 35, 60, 85
     flags = ["--total-timesteps", "140", "--learning-starts", str(warm_up), "--learn-steps-period", "1"]
     flags += ["--buffer-size", "200", "--batch-size", "8", "--target-network-frequency", str(sync_every)]
-    scalars = read_scalars(dqn_atari.main(flags))
+    scalars = read_scalars(dqn.main(flags + (["--envs-count", "1"] if script == "dqn_atari_vec" else [])))
     assert len(batches) == 100
 
     (trained, initial_state), _ = networks  # the Q-network, then the target network
-    q_network, target_network = (dqn_atari.QNetwork(3).to(memory_format=torch.channels_last) for _ in range(2))
+    q_network, target_network = (dqn.QNetwork(3).to(memory_format=torch.channels_last) for _ in range(2))
     q_network.load_state_dict(initial_state)
     target_network.load_state_dict(initial_state)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=lr, fused=True)
