@@ -1,6 +1,6 @@
 """Tests of ppo_atari.py: GAE against a step-by-step computation, how a rollout marks the steps
-that only reset a game, a short real Atari run read back from TensorBoard, seeding, bad input,
-and learning on Catch.
+that only reset a game, one whole update redone by hand, a short real Atari run read back from
+TensorBoard, seeding, bad input, and learning on Catch.
 
     python -m pytest tests/test_ppo_atari.py -q
 """
@@ -235,6 +235,88 @@ def test_clipped_surrogate_loss_by_hand():
     torch.testing.assert_close(loss, torch.tensor((-1.2 - 0.9 + 1.5 + 0.8) / 4))
     loss.backward()
     torch.testing.assert_close(ratio.grad, torch.tensor([0.0, -0.25, 0.25, 0.0]))  # clipped terms push no further
+
+
+def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
+    """One rollout of Catch (2 environments, 16 steps), 2 epochs of one minibatch, redone by hand from
+    the observations the agent saw and the actions it drew, as CleanRL's PPO computes them: returns
+    are the advantages plus V(s); the clipped objective, the clipped value loss, the entropy bonus,
+    the gradient clipped to --max-grad-norm, Adam; the logged losses, KL estimates, clip fraction
+    and explained variance. A large learning rate moves the policy past the clip in the 2nd epoch."""
+    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    frames, drawn, networks, gae_calls = [], [], [], []
+
+    class Recorded(ppo_atari.Agent):
+        def __init__(self, actions_count):
+            super().__init__(actions_count)
+            networks.append((self, {k: v.clone() for k, v in self.state_dict().items()}))
+
+        def forward(self, batch):
+            frames.append(batch.clone())
+            return super().forward(batch)
+
+    class RecordedCategorical(ppo_atari.Categorical):
+        def sample(self, sample_shape=torch.Size()):
+            drawn.append(super().sample(sample_shape))
+            return drawn[-1]
+
+    def recorded_gae(*args, real=ppo_atari.gae):
+        advantages = real(*args)
+        gae_calls.append(([a.clone() if torch.is_tensor(a) else a for a in args], advantages))
+        return advantages
+
+    monkeypatch.setattr(ppo_atari, "Agent", Recorded)
+    monkeypatch.setattr(ppo_atari, "Categorical", RecordedCategorical)
+    monkeypatch.setattr(ppo_atari, "gae", recorded_gae)
+    lr, clip, max_norm = 0.003, 0.1, 0.5
+    flags = ["--total-timesteps", "30", "--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "1"]
+    flags += ["--update-epochs", "2", "--learning-rate", str(lr)]
+    scalars = read_scalars(ppo_atari.main(flags))  # 28 agent steps (a reset every 6), one update; then 30 reached
+    logged = {tag: values for tag, (_, values) in scalars.items() if tag.startswith("losses/")}
+    assert all(len(values) == 1 for values in logged.values())
+
+    ((_, values, _, agent_acted, _, *_), advantages), *more = gae_calls
+    assert not more
+    ((trained, initial_state),) = networks
+    agent = ppo_atari.Agent(3).to(memory_format=torch.channels_last)
+    agent.load_state_dict(initial_state)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5, fused=True)
+    obs, actions = torch.stack(frames[:16])[agent_acted], torch.stack(drawn[:16])[agent_acted]
+    with torch.no_grad():
+        logits, old_values = agent(obs)
+    torch.testing.assert_close(old_values, values[agent_acted])
+    old_log_probs = torch.log_softmax(logits, 1).gather(1, actions[:, None]).squeeze(1)
+    adv, returns = advantages[agent_acted], advantages[agent_acted] + old_values
+    adv = (adv - adv.mean()) / (adv.std(correction=0) + 1e-8)
+    clip_fractions = []
+    for epoch in range(2):
+        logits, new_values = agent(obs)
+        log_ratio = torch.log_softmax(logits, 1).gather(1, actions[:, None]).squeeze(1) - old_log_probs
+        ratio = log_ratio.exp()
+        clip_fractions.append(((ratio - 1).abs() > clip).float().mean().item())
+        policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+        clipped_values = old_values + (new_values - old_values).clamp(-clip, clip)
+        value_loss = 0.5 * torch.max((new_values - returns) ** 2, (clipped_values - returns) ** 2).mean()
+        entropy = -(torch.softmax(logits, 1) * torch.log_softmax(logits, 1)).sum(1).mean()
+        optimizer.zero_grad()
+        (policy_loss + 0.5 * value_loss - 0.01 * entropy).backward()
+        torch.nn.utils.clip_grad_norm_(agent.parameters(), max_norm)
+        optimizer.step()
+    assert 0 < clip_fractions[1] < 1  # the 2nd epoch's ratios are clipped in part: the clip is tested
+    by_hand = {
+        "losses/policy_loss": policy_loss.item(),
+        "losses/value_loss": value_loss.item(),
+        "losses/entropy": entropy.item(),
+        "losses/old_approx_kl": (-log_ratio).mean().item(),
+        "losses/approx_kl": ((ratio - 1) - log_ratio).mean().item(),
+        "losses/clipfrac": np.mean(clip_fractions),
+        "losses/explained_variance": (1 - (returns - old_values).var() / returns.var()).item(),
+    }
+    assert logged.keys() == by_hand.keys()
+    for tag, value in by_hand.items():
+        assert logged[tag][0] == pytest.approx(value, rel=1e-3, abs=1e-6), tag
+    for name, weights in agent.state_dict().items():
+        torch.testing.assert_close(trained.state_dict()[name], weights, rtol=1e-3, atol=1e-6)
 
 
 @pytest.mark.parametrize("script", [a2c_batched, ppo_atari], ids=lambda m: m.__name__)
