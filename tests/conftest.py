@@ -111,6 +111,84 @@ def check_seeding(main, argv, tags):
     assert any(not np.array_equal(first[tag][1], other[tag][1]) for tag in tags)
 
 
+# ---------------------------------------------------------------- updates redone by hand
+# The tests that redo an update by hand record, while a short Catch run goes, what its loop computed from:
+# the network's first weights, the observations it was shown, the actions drawn, the replay's batches.
+
+
+def record_networks(monkeypatch, script, class_name):
+    """Patch script.<class_name> with a subclass that records each network made, with its first weights,
+    and every batch of observations given to one. Returns the two lists, filled as the run goes."""
+    networks, frames = [], []
+
+    class Recorded(getattr(script, class_name)):
+        def __init__(self, actions_count):
+            super().__init__(actions_count)
+            networks.append((self, {k: v.clone() for k, v in self.state_dict().items()}))
+
+        def forward(self, batch):
+            frames.append(batch.clone())
+            return super().forward(batch)
+
+    monkeypatch.setattr(script, class_name, Recorded)
+    return networks, frames
+
+
+def record_draws(monkeypatch, script):
+    """Patch script.Categorical to record every action it samples; returns the list."""
+    drawn = []
+
+    class Recorded(script.Categorical):
+        def sample(self, sample_shape=()):
+            drawn.append(super().sample(sample_shape))
+            return drawn[-1]
+
+    monkeypatch.setattr(script, "Categorical", Recorded)
+    return drawn
+
+
+def record_batches(monkeypatch, script):
+    """Patch script.ReplayMemory.sample to record a copy of every batch it gives, as tensors."""
+    import torch
+
+    batches = []
+
+    def recorded_sample(self, batch_size, rng, real=script.ReplayMemory.sample):
+        batch = real(self, batch_size, rng)
+        batches.append([torch.from_numpy(np.copy(part)) for part in batch])
+        return batch
+
+    monkeypatch.setattr(script.ReplayMemory, "sample", recorded_sample)
+    return batches
+
+
+def dqn_updates_by_hand(network_class, first_weights, batches, synced_after, lr=1e-4, gamma=0.99):
+    """DQN's updates redone on the recorded batches of a Catch run: the target r + gamma * max_a'
+    Q_target(s', a'), no bootstrap past a terminal; the mean squared error of Q(s, a); Adam. The target
+    network copies the Q-network after each update for which synced_after(update) is true. Returns
+    the Q-network and each update's loss and mean Q(s, a)."""
+    import torch
+
+    q_network, target_network = (network_class(3).to(memory_format=torch.channels_last) for _ in range(2))
+    q_network.load_state_dict(first_weights)
+    target_network.load_state_dict(first_weights)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=lr, fused=True)
+    logged = []
+    for update, (states, actions, rewards, next_states, dones) in enumerate(batches, 1):
+        assert torch.equal(dones.bool(), rewards != 0)  # on Catch, a game's end is its only reward
+        with torch.no_grad():
+            target = rewards + gamma * target_network(next_states).max(1).values * (1 - dones.float())
+        q_taken = q_network(states).gather(1, actions.long()[:, None]).squeeze(1)
+        loss = ((q_taken - target) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        logged.append((loss.item(), q_taken.mean().item()))
+        if synced_after(update):
+            target_network.load_state_dict(q_network.state_dict())
+    return q_network, logged
+
+
 @pytest.fixture
 def one_torch_thread():
     # The policy-gradient tests' batches are small: a second thread gains little, and on a busy

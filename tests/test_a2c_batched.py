@@ -15,7 +15,16 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
-from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
+from conftest import (  # noqa: E402
+    assert_refused,
+    catch_returns,
+    check_breakout_events,
+    check_seeding,
+    read_scalars,
+    record_draws,
+    record_networks,
+    run_bad,
+)
 
 import a2c_batched  # noqa: E402
 
@@ -117,21 +126,10 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
     --max-grad-norm 1e-6 keeps the clipped gradient far below Adam's eps (1e-5), where Adam's first
     step is proportional to it: every part of the loss shows in the step."""
     monkeypatch.setattr(a2c_batched, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    frames, drawn, networks, acted, rewards_dones = [], [], [], [], []
+    networks, frames = record_networks(monkeypatch, a2c_batched, "Agent")
+    drawn = record_draws(monkeypatch, a2c_batched)
 
-    class Recorded(a2c_batched.Agent):
-        def __init__(self, actions_count):
-            super().__init__(actions_count)
-            networks.append((self, {k: v.clone() for k, v in self.state_dict().items()}))
-
-        def forward(self, batch):
-            frames.append(batch.clone())
-            return super().forward(batch)
-
-    class RecordedCategorical(a2c_batched.Categorical):
-        def sample(self, sample_shape=torch.Size()):
-            drawn.append(super().sample(sample_shape))
-            return drawn[-1]
+    acted, rewards_dones = [], []
 
     def recorded_send(self, actions, real=a2c_batched.AtariGames.send):
         acted.append(torch.from_numpy(real(self, actions).copy()))
@@ -141,8 +139,6 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
         rewards_dones.append((rewards.clone(), dones.clone()))
         return real(rewards, dones, next_values, gamma)
 
-    monkeypatch.setattr(a2c_batched, "Agent", Recorded)
-    monkeypatch.setattr(a2c_batched, "Categorical", RecordedCategorical)
     monkeypatch.setattr(a2c_batched.AtariGames, "send", recorded_send)
     monkeypatch.setattr(a2c_batched, "td_target", recorded_td_target)
     lr, max_norm, vf_coef, ent_coef = 1.0, 1e-6, 0.5, 0.01

@@ -8,7 +8,18 @@ import numpy as np
 import pytest
 import torch
 from ale_py.vector_env import AtariVectorEnv
-from conftest import assert_refused, catch_returns, check_seeding, read_scalars, read_text, run_bad, run_script
+from conftest import (
+    assert_refused,
+    catch_returns,
+    check_seeding,
+    dqn_updates_by_hand,
+    read_scalars,
+    read_text,
+    record_batches,
+    record_networks,
+    run_bad,
+    run_script,
+)
 
 import dqn_atari
 
@@ -109,51 +120,26 @@ def test_same_seed_same_losses_and_returns(in_tmp, one_torch_thread):
 
 @pytest.mark.parametrize("script", ["dqn_atari", "dqn_atari_vec"])
 def test_a_hundred_updates_match_a_hand_computation(script, in_tmp, monkeypatch, one_torch_thread):
-    """100 updates on Catch, redone by hand from the batches the replay gave: the target is
-    r + gamma * max_a' Q_target(s', a'), with no bootstrap past a terminal (on Catch a game's end is
-    its only reward); Q_target is a frozen copy, synced every --target-network-frequency steps; the
-    loss is the mean squared error of Q(s, a) of the actions taken; the 100th update logs it and the
-    mean Q(s, a). dqn_atari_vec.py's loop too, with one environment."""
+    """100 updates on Catch, redone by hand from the batches the replay gave (conftest's
+    dqn_updates_by_hand): the frozen target network, synced every --target-network-frequency steps,
+    no bootstrap past a terminal, the mean squared error; the 100th update logs it and the mean
+    Q(s, a). dqn_atari_vec.py's loop too, with one environment."""
     dqn = __import__(script)
     monkeypatch.setattr(dqn, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    networks, batches = [], []
-
-    class Recorded(dqn.QNetwork):
-        def __init__(self, actions_count):
-            super().__init__(actions_count)
-            networks.append((self, {k: v.clone() for k, v in self.state_dict().items()}))
-
-    def recorded_sample(self, batch_size, rng, real=dqn.ReplayMemory.sample):
-        batch = real(self, batch_size, rng)
-        batches.append([torch.from_numpy(np.copy(part)) for part in batch])
-        return batch
-
-    monkeypatch.setattr(dqn, "QNetwork", Recorded)
-    monkeypatch.setattr(dqn.ReplayMemory, "sample", recorded_sample)
-    warm_up, sync_every, lr = 40, 25, 1e-4  # one update a step after the warm-up; syncs after updates 10, 35, 60, 85
+    networks, _ = record_networks(monkeypatch, dqn, "QNetwork")
+    batches = record_batches(monkeypatch, dqn)
+    warm_up, sync_every = 40, 25  # one update a step after the warm-up; syncs after updates 10, 35, 60, 85
     flags = ["--total-timesteps", "140", "--learning-starts", str(warm_up), "--learn-steps-period", "1"]
     flags += ["--buffer-size", "200", "--batch-size", "8", "--target-network-frequency", str(sync_every)]
     scalars = read_scalars(dqn.main(flags + (["--envs-count", "1"] if script == "dqn_atari_vec" else [])))
     assert len(batches) == 100
 
-    (trained, initial_state), _ = networks  # the Q-network, then the target network
-    q_network, target_network = (dqn.QNetwork(3).to(memory_format=torch.channels_last) for _ in range(2))
-    q_network.load_state_dict(initial_state)
-    target_network.load_state_dict(initial_state)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=lr, fused=True)
-    for update, (states, actions, rewards, next_states, dones) in enumerate(batches, 1):
-        assert torch.equal(dones.bool(), rewards != 0)
-        with torch.no_grad():
-            target = rewards + 0.99 * target_network(next_states).max(1).values * (1 - dones.float())
-        q_taken = q_network(states).gather(1, actions.long()[:, None]).squeeze(1)
-        loss = ((q_taken - target) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if (warm_up + update) % sync_every == 0:
-            target_network.load_state_dict(q_network.state_dict())
-    assert scalars["losses/td_loss"][1].tolist() == pytest.approx([loss.item()], rel=1e-3)
-    assert scalars["losses/q_values"][1].tolist() == pytest.approx([q_taken.mean().item()], rel=1e-3)
+    (trained, first_weights), _ = networks  # the Q-network, then the target network
+    q_network, logged = dqn_updates_by_hand(
+        dqn.QNetwork, first_weights, batches, synced_after=lambda update: (warm_up + update) % sync_every == 0
+    )
+    assert scalars["losses/td_loss"][1].tolist() == pytest.approx([logged[99][0]], rel=1e-3)
+    assert scalars["losses/q_values"][1].tolist() == pytest.approx([logged[99][1]], rel=1e-3)
     for name, weights in q_network.state_dict().items():
         torch.testing.assert_close(trained.state_dict()[name], weights, rtol=1e-3, atol=1e-6)
 

@@ -13,7 +13,16 @@ import mp_helpers
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, assert_refused, catch_returns, read_scalars, refused_before_this, run_bad
+from conftest import (
+    ROOT,
+    assert_refused,
+    catch_returns,
+    dqn_updates_by_hand,
+    read_scalars,
+    record_batches,
+    refused_before_this,
+    run_bad,
+)
 
 import dqn_atari_mp
 
@@ -365,27 +374,22 @@ def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, 
 
 def test_the_learners_updates_match_a_hand_computation(in_tmp, monkeypatch):
     """The learner's first 100 updates on Catch from two workers' steps, redone by hand from the
-    batches the replay gave: every stored terminal is a game's end (on Catch, its only reward); the
-    target comes from the target network, still the first Q-network's copy (a sync every 10,000
-    steps: none in this run); the loss is the mean squared error of Q(s, a) of the actions taken;
-    the 100th update logs it and the mean Q(s, a). Which transitions the batches hold depends on the
-    workers' pace; what the learner does with them does not."""
+    batches the replay gave (conftest's dqn_updates_by_hand): the target network still the first
+    Q-network's copy (a sync every 10,000 steps: none in this run), no bootstrap past a terminal, the
+    mean squared error; the 100th update logs it and the mean Q(s, a). Which transitions the batches
+    hold depends on the workers' pace; what the learner does with them does not."""
     monkeypatch.setattr(dqn_atari_mp, "worker", mp_helpers.worker_on_catch)
     monkeypatch.setattr(dqn_atari_mp, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    networks, batches = [], []
+    networks = []
 
-    class Recorded(dqn_atari_mp.Checkpoints):  # it is handed the Q-network before any update
+    # Not the Q-network's class (the workers' copy of it would have to be pickled): what is handed it first
+    class Recorded(dqn_atari_mp.Checkpoints):
         def __init__(self, args, run_dir, actions_count, progress, network, *rest, **kwargs):
             super().__init__(args, run_dir, actions_count, progress, network, *rest, **kwargs)
             networks.append((network, {k: v.clone() for k, v in network.state_dict().items()}))
 
-    def recorded_sample(self, batch_size, rng, real=dqn_atari_mp.ReplayMemory.sample):
-        batch = real(self, batch_size, rng)
-        batches.append([torch.from_numpy(np.copy(part)) for part in batch])
-        return batch
-
     monkeypatch.setattr(dqn_atari_mp, "Checkpoints", Recorded)
-    monkeypatch.setattr(dqn_atari_mp.ReplayMemory, "sample", recorded_sample)
+    batches = record_batches(monkeypatch, dqn_atari_mp)
     flags = ["--total-timesteps", "140", "--learning-starts", "40", "--learn-steps-period", "1", "--buffer-size", "200"]
     flags += ["--batch-size", "8", "--target-network-frequency", "10000", "--workers-count", "2"]
     handlers = {signum: signal.getsignal(signum) for signum in dqn_atari_mp.STOP_SIGNALS}
@@ -396,23 +400,10 @@ def test_the_learners_updates_match_a_hand_computation(in_tmp, monkeypatch):
             signal.signal(signum, handler)
     assert len(batches) >= 100  # a worker's message may carry several steps past the 140th
 
-    ((trained, initial_state),) = networks
-    q_network, target_network = (dqn_atari_mp.QNetwork(3).to(memory_format=torch.channels_last) for _ in range(2))
-    q_network.load_state_dict(initial_state)
-    target_network.load_state_dict(initial_state)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4, fused=True)
-    for update, (states, actions, rewards, next_states, dones) in enumerate(batches, 1):
-        assert torch.equal(dones.bool(), rewards != 0)
-        with torch.no_grad():
-            target = rewards + 0.99 * target_network(next_states).max(1).values * (1 - dones.float())
-        q_taken = q_network(states).gather(1, actions.long()[:, None]).squeeze(1)
-        loss = ((q_taken - target) ** 2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if update == 100:
-            assert scalars["losses/td_loss"][1][0] == pytest.approx(loss.item(), rel=1e-3)
-            assert scalars["losses/q_values"][1][0] == pytest.approx(q_taken.mean().item(), rel=1e-3)
+    ((trained, first_weights),) = networks
+    q_network, logged = dqn_updates_by_hand(dqn_atari_mp.QNetwork, first_weights, batches, synced_after=lambda update: False)
+    assert scalars["losses/td_loss"][1][0] == pytest.approx(logged[99][0], rel=1e-3)
+    assert scalars["losses/q_values"][1][0] == pytest.approx(logged[99][1], rel=1e-3)
     for name, weights in q_network.state_dict().items():
         torch.testing.assert_close(trained.state_dict()[name], weights, rtol=1e-3, atol=1e-6)
 

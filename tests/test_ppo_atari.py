@@ -16,7 +16,16 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
-from conftest import assert_refused, catch_returns, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
+from conftest import (  # noqa: E402
+    assert_refused,
+    catch_returns,
+    check_breakout_events,
+    check_seeding,
+    read_scalars,
+    record_draws,
+    record_networks,
+    run_bad,
+)
 
 import a2c_batched  # noqa: E402
 import ppo_atari  # noqa: E402
@@ -244,29 +253,16 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
     the gradient clipped to --max-grad-norm, Adam; the logged losses, KL estimates, clip fraction
     and explained variance. A large learning rate moves the policy past the clip in the 2nd epoch."""
     monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    frames, drawn, networks, gae_calls = [], [], [], []
+    networks, frames = record_networks(monkeypatch, ppo_atari, "Agent")
+    drawn = record_draws(monkeypatch, ppo_atari)
 
-    class Recorded(ppo_atari.Agent):
-        def __init__(self, actions_count):
-            super().__init__(actions_count)
-            networks.append((self, {k: v.clone() for k, v in self.state_dict().items()}))
-
-        def forward(self, batch):
-            frames.append(batch.clone())
-            return super().forward(batch)
-
-    class RecordedCategorical(ppo_atari.Categorical):
-        def sample(self, sample_shape=torch.Size()):
-            drawn.append(super().sample(sample_shape))
-            return drawn[-1]
+    gae_calls = []
 
     def recorded_gae(*args, real=ppo_atari.gae):
         advantages = real(*args)
         gae_calls.append(([a.clone() if torch.is_tensor(a) else a for a in args], advantages))
         return advantages
 
-    monkeypatch.setattr(ppo_atari, "Agent", Recorded)
-    monkeypatch.setattr(ppo_atari, "Categorical", RecordedCategorical)
     monkeypatch.setattr(ppo_atari, "gae", recorded_gae)
     lr, clip, max_norm = 0.003, 0.1, 0.5
     flags = ["--total-timesteps", "30", "--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "1"]

@@ -15,7 +15,14 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 import catch  # noqa: E402
-from conftest import assert_refused, check_breakout_events, check_seeding, read_scalars, run_bad  # noqa: E402
+from conftest import (  # noqa: E402
+    assert_refused,
+    check_breakout_events,
+    check_seeding,
+    read_scalars,
+    record_networks,
+    run_bad,
+)
 
 import pqn_atari  # noqa: E402
 
@@ -139,18 +146,8 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
     the targets; and RAdam's first step moves the weights by the learning rate times the gradient
     clipped to --max-grad-norm (at step 1 RAdam's variance estimate is not used: no division)."""
     monkeypatch.setattr(pqn_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    frames, q_values, actions, networks, q_lambda_calls = [], [], [], [], []
-
-    class Recorded(pqn_atari.QNetwork):
-        def __init__(self, actions_count):
-            super().__init__(actions_count)
-            networks.append((self, {k: v.clone() for k, v in self.state_dict().items()}))
-
-        def forward(self, batch):
-            q = super().forward(batch)
-            frames.append(batch.clone())
-            q_values.append(q.detach().clone())
-            return q
+    networks, frames = record_networks(monkeypatch, pqn_atari, "QNetwork")
+    actions, q_lambda_calls = [], []
 
     def recorded_epsilon_greedy(*args, real=pqn_atari.epsilon_greedy):
         actions.append(real(*args))
@@ -159,10 +156,9 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
     def recorded_q_lambda_returns(*args, real=pqn_atari.q_lambda_returns):
         returns = real(*args)
         copies = [a.clone() if torch.is_tensor(a) else a for a in args]  # the next rollout refills the tensors
-        q_lambda_calls.append((len(q_values), copies, returns))
+        q_lambda_calls.append((len(frames), copies, returns))
         return returns
 
-    monkeypatch.setattr(pqn_atari, "QNetwork", Recorded)
     monkeypatch.setattr(pqn_atari, "epsilon_greedy", recorded_epsilon_greedy)
     monkeypatch.setattr(pqn_atari, "q_lambda_returns", recorded_q_lambda_returns)
     lr, max_norm = 1.0, 1.0  # large, so that the weights' change stands far above float32's rounding
@@ -172,12 +168,13 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
 
     ((forwards_before, (_, values, _, agent_acted, next_values, *_), returns),) = q_lambda_calls
     assert forwards_before == 9  # 8 steps' actions, then the observation after the rollout
-    assert torch.equal(values, torch.stack([q.max(1).values for q in q_values[:8]]))
-    assert torch.equal(next_values, q_values[8].max(1).values)
-
     ((trained, initial_state),) = networks
-    by_hand = pqn_atari.QNetwork(3)
+    by_hand = pqn_atari.QNetwork(3).to(memory_format=torch.channels_last)
     by_hand.load_state_dict(initial_state)
+    with torch.no_grad():  # the network acted with its first weights all through the rollout
+        greedy_values = [by_hand(batch).max(1).values for batch in frames[:9]]
+    torch.testing.assert_close(values, torch.stack(greedy_values[:8]))
+    torch.testing.assert_close(next_values, greedy_values[8])
     obs, taken = torch.stack(frames[:8])[agent_acted], torch.from_numpy(np.stack(actions[:8]))[agent_acted]
     q_taken = by_hand(obs).gather(1, taken[:, None]).squeeze(1)
     loss = ((q_taken - returns[agent_acted]) ** 2).mean()
