@@ -335,6 +335,20 @@ def test_target_kl_ends_the_epochs_once_the_policy_has_moved_that_far(in_tmp, mo
     assert updates == [16, 4]
 
 
+def test_target_kl_ends_the_epochs_at_the_first_that_passes_it(in_tmp, monkeypatch, one_torch_thread):
+    """Catch, one rollout in one minibatch at lr 3e-3, as the hand-computed update: the first epoch's
+    KL is 0 (the policy has not moved yet), the second's, k, is logged. With 3 epochs and a target
+    just below k the epochs end after the second: 2 gradient steps, and the same k logged."""
+    monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    flags = ["--total-timesteps", "30", "--envs-count", "2", "--rollout-length", "16", "--num-minibatches", "1"]
+    flags += ["--learning-rate", "3e-3"]
+    (kl,) = read_scalars(ppo_atari.main(flags + ["--update-epochs", "2"]))["losses/approx_kl"][1]
+    assert kl > 0
+    run_dir = ppo_atari.main(flags + ["--update-epochs", "3", "--target-kl", str(0.99 * kl)])
+    assert ppo_atari.read_checkpoint(run_dir)["updates"] == 2
+    assert read_scalars(run_dir)["losses/approx_kl"][1].tolist() == [kl]
+
+
 @pytest.mark.parametrize("norm_adv", [True, False])
 def test_norm_adv_and_the_gradient_clip(norm_adv, in_tmp, monkeypatch, one_torch_thread):
     """Catch, 2 rollouts, 2 minibatches, 4 epochs: 16 gradient steps. --norm-adv gives each minibatch's
