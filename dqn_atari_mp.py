@@ -275,10 +275,10 @@ def updates_due(global_step, learning_starts, learn_steps_period):
     return max(global_step - learning_starts, 0) // learn_steps_period
 
 
-def reached_a_multiple(step, new_steps, period):
-    """Whether the step count, just raised by new_steps to `step`, reached or passed a multiple of
-    period (with several environments a step adds several: the count can jump over it)."""
-    return step % period < new_steps
+def multiples_passed(step, new_steps, period):
+    """How many multiples of period the step count reached or passed when new_steps raised it to
+    `step` (with several environments a step adds several: the count can jump over one, or more)."""
+    return step // period - (step - new_steps) // period
 
 
 class ReplayMemory:
@@ -437,9 +437,11 @@ def main(argv=None):
             acting_network.load_state_dict(q_network.state_dict())  # the workers act with the new weights
 
         # ALGO LOGIC: the target network follows the Q-network every target_network_frequency steps
-        if global_step > args.learning_starts and reached_a_multiple(global_step, new_steps, args.target_network_frequency):
+        syncs_due = multiples_passed(global_step, new_steps, args.target_network_frequency)
+        if global_step > args.learning_starts and syncs_due > 0:
+            mix = 1.0 - (1.0 - args.tau) ** syncs_due  # syncs_due soft updates of rate tau, in one (tau 1: a copy)
             for target_param, param in zip(target_network.parameters(), q_network.parameters()):
-                target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
+                target_param.data.copy_(mix * param.data + (1.0 - mix) * target_param.data)
 
         # PLUMBING: the whole game's real score, as CleanRL logs it; progress; checkpoints
         for score, length in finished:
@@ -534,9 +536,11 @@ def check_args(p, args):
     # In a full ring, all of an environment's rows can be sampled but STACK of them: the STACK - 1 oldest
     # (frames of their stacks are overwritten) and the newest (its next frame is not stored yet). At
     # most 3 steps in a row are played for the agent (a game's reset and launch), so with 2 * STACK rows
-    # one at least is always a transition; with fewer the first update could wait forever.
-    if args.buffer_size // args.workers_count < 2 * STACK:
-        p.error(f"argument --buffer-size: must be at least {2 * STACK} * --workers-count = {2 * STACK * args.workers_count}")
+    # one at least is always a transition; with fewer the first update could wait forever. And a worker's
+    # batch of SEND_BATCH steps must fit in its column, or the batch would write over its own first steps.
+    min_rows = max(2 * STACK, SEND_BATCH)
+    if args.buffer_size // args.workers_count < min_rows:
+        p.error(f"argument --buffer-size: must be at least {min_rows} * --workers-count = {min_rows * args.workers_count}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
     free = None if free is None else free - args.workers_count * WORKER_BYTES  # the workers' share is not the replay's
     if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay

@@ -273,10 +273,10 @@ def updates_due(global_step, learning_starts, learn_steps_period):
     return max(global_step - learning_starts, 0) // learn_steps_period
 
 
-def reached_a_multiple(step, new_steps, period):
-    """Whether the step count, just raised by new_steps to `step`, reached or passed a multiple of
-    period (with several environments a step adds several: the count can jump over it)."""
-    return step % period < new_steps
+def multiples_passed(step, new_steps, period):
+    """How many multiples of period the step count reached or passed when new_steps raised it to
+    `step` (with several environments a step adds several: the count can jump over one, or more)."""
+    return step // period - (step - new_steps) // period
 
 
 class ReplayMemory:
@@ -392,9 +392,11 @@ def main(argv=None):
                 writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
 
         # ALGO LOGIC: the target network follows the Q-network every target_network_frequency steps
-        if global_step > args.learning_starts and reached_a_multiple(global_step, new_steps, args.target_network_frequency):
+        syncs_due = multiples_passed(global_step, new_steps, args.target_network_frequency)
+        if global_step > args.learning_starts and syncs_due > 0:
+            mix = 1.0 - (1.0 - args.tau) ** syncs_due  # syncs_due soft updates of rate tau, in one (tau 1: a copy)
             for target_param, param in zip(target_network.parameters(), q_network.parameters()):
-                target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
+                target_param.data.copy_(mix * param.data + (1.0 - mix) * target_param.data)
 
         # ALGO LOGIC: the step's transitions go into the replay memory
         rewards, dones, finished = games.recv()

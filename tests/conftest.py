@@ -162,11 +162,11 @@ def record_batches(monkeypatch, script):
     return batches
 
 
-def dqn_updates_by_hand(network_class, first_weights, batches, synced_after, lr=1e-4, gamma=0.99):
+def dqn_updates_by_hand(network_class, first_weights, batches, mix_after, lr=1e-4, gamma=0.99):
     """DQN's updates redone on the recorded batches of a Catch run: the target r + gamma * max_a'
-    Q_target(s', a'), no bootstrap past a terminal; the mean squared error of Q(s, a); Adam. The target
-    network copies the Q-network after each update for which synced_after(update) is true. Returns
-    the Q-network and each update's loss and mean Q(s, a)."""
+    Q_target(s', a'), no bootstrap past a terminal; the mean squared error of Q(s, a); Adam. After
+    each update the target network moves the fraction mix_after(update) of the way to the Q-network
+    (0: not at all, 1: a copy). Returns both networks and each update's loss and mean Q(s, a)."""
     import torch
 
     q_network, target_network = (network_class(3).to(memory_format=torch.channels_last) for _ in range(2))
@@ -184,9 +184,12 @@ def dqn_updates_by_hand(network_class, first_weights, batches, synced_after, lr=
         loss.backward()
         optimizer.step()
         logged.append((loss.item(), q_taken.mean().item()))
-        if synced_after(update):
-            target_network.load_state_dict(q_network.state_dict())
-    return q_network, logged
+        mix = mix_after(update)
+        if mix > 0:
+            with torch.no_grad():
+                for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                    target_param.copy_(mix * param + (1.0 - mix) * target_param)
+    return q_network, target_network, logged
 
 
 @pytest.fixture

@@ -135,8 +135,8 @@ def test_a_hundred_updates_match_a_hand_computation(script, in_tmp, monkeypatch,
     assert len(batches) == 100
 
     (trained, first_weights), _ = networks  # the Q-network, then the target network
-    q_network, logged = dqn_updates_by_hand(
-        dqn.QNetwork, first_weights, batches, synced_after=lambda update: (warm_up + update) % sync_every == 0
+    q_network, _, logged = dqn_updates_by_hand(
+        dqn.QNetwork, first_weights, batches, mix_after=lambda update: float((warm_up + update) % sync_every == 0)
     )
     assert scalars["losses/td_loss"][1].tolist() == pytest.approx([logged[99][0]], rel=1e-3)
     assert scalars["losses/q_values"][1].tolist() == pytest.approx([logged[99][1]], rel=1e-3)
@@ -158,18 +158,19 @@ def test_updates_due_by_hand():
     assert dqn_atari.updates_due(5, 0, 1) == 5
 
 
-def test_reached_a_multiple_sees_every_multiple_even_when_the_count_jumps():
+def test_multiples_passed_counts_every_multiple_even_when_the_count_jumps():
     period = 1000
-    assert dqn_atari.reached_a_multiple(1000, 1, period) and dqn_atari.reached_a_multiple(2003, 8, period)
-    assert not dqn_atari.reached_a_multiple(1999, 8, period) and not dqn_atari.reached_a_multiple(2008, 8, period)
-    assert not dqn_atari.reached_a_multiple(3000, 0, period)  # a step played for the agent adds no step
-    # counts raised by 0-8 steps at a time, as 8 environments do: each multiple is reached exactly once
-    rng, step, reached = np.random.default_rng(0), 0, 0
+    assert dqn_atari.multiples_passed(1000, 1, period) == 1 and dqn_atari.multiples_passed(2003, 8, period) == 1
+    assert dqn_atari.multiples_passed(1999, 8, period) == 0 and dqn_atari.multiples_passed(2008, 8, period) == 0
+    assert dqn_atari.multiples_passed(3000, 0, period) == 0  # a step played for the agent adds no step
+    assert dqn_atari.multiples_passed(2007, 8, 2) == 4 and dqn_atari.multiples_passed(2007, 7, 2) == 3  # 2000-2006
+    # counts raised by 0-8 steps at a time, as 8 environments do: each multiple is counted exactly once
+    rng, step, passed = np.random.default_rng(0), 0, 0
     while step < 100_000:
         new_steps = int(rng.integers(0, 9))
         step += new_steps
-        reached += dqn_atari.reached_a_multiple(step, new_steps, period)
-    assert reached == step // period
+        passed += dqn_atari.multiples_passed(step, new_steps, period)
+    assert passed == step // period
 
 
 def test_epsilon_schedule_by_hand():

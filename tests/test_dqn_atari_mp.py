@@ -243,8 +243,9 @@ def test_workers_do_not_outlive_a_killed_learner(tmp_path):
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
-    """8 rows a worker, and the shortest warm-up (--learning-starts 1: transitions arrive 32 at a
-    time, the first update finds some to sample): one row fewer is refused (below)."""
+    """32 rows a worker, a worker's batch of steps, and the shortest warm-up (--learning-starts 1:
+    transitions arrive 32 at a time, the first update finds some to sample): one row fewer is refused
+    (below)."""
     proc = start(
         [
             "--total-timesteps",
@@ -252,7 +253,7 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
             "--workers-count",
             "2",
             "--buffer-size",
-            "16",
+            "64",
             "--batch-size",
             "1",
             "--learning-starts",
@@ -268,13 +269,14 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
     assert updates[-1] == (steps[-1] - 1) // 4
 
 
-# A replay too small to sample from would make the first update wait forever: refused (in this
-# process: faster than a new one, the same check)
+# A replay too small to sample from would make the first update wait forever, one whose columns are
+# shorter than a worker's batch would have the batch write over itself: refused (in this process:
+# faster than a new one, the same check)
 @pytest.mark.parametrize(
     "args, flag",
     [
         (["--buffer-size", "36", "--workers-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
-        (["--buffer-size", "15", "--workers-count", "2", "--batch-size", "1", "--learning-starts", "1"], "--buffer-size"),
+        (["--buffer-size", "63", "--workers-count", "2", "--batch-size", "1", "--learning-starts", "1"], "--buffer-size"),
     ],
 )
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):
@@ -401,7 +403,7 @@ def test_the_learners_updates_match_a_hand_computation(in_tmp, monkeypatch):
     assert len(batches) >= 100  # a worker's message may carry several steps past the 140th
 
     ((trained, first_weights),) = networks
-    q_network, logged = dqn_updates_by_hand(dqn_atari_mp.QNetwork, first_weights, batches, synced_after=lambda update: False)
+    q_network, _, logged = dqn_updates_by_hand(dqn_atari_mp.QNetwork, first_weights, batches, mix_after=lambda update: 0.0)
     assert scalars["losses/td_loss"][1][0] == pytest.approx(logged[99][0], rel=1e-3)
     assert scalars["losses/q_values"][1][0] == pytest.approx(logged[99][1], rel=1e-3)
     for name, weights in q_network.state_dict().items():

@@ -6,7 +6,17 @@ import catch
 import numpy as np
 import pytest
 import torch
-from conftest import assert_refused, catch_returns, read_scalars, refused_before_this, run_bad, run_script
+from conftest import (
+    assert_refused,
+    catch_returns,
+    dqn_updates_by_hand,
+    read_scalars,
+    record_batches,
+    record_networks,
+    refused_before_this,
+    run_bad,
+    run_script,
+)
 
 import dqn_atari
 import dqn_atari_vec
@@ -198,6 +208,41 @@ def test_learns_catch_beyond_random_from_four_games(in_tmp, monkeypatch):
     returns = catch_returns(dqn_atari_vec, flags + ["--learn-steps-period", "2", "--envs-count", "4"], monkeypatch)
     assert catch.random_policy_return() < -0.5
     assert returns[-100:].mean() > 0.3, returns[-100:].mean()
+
+
+def test_soft_updates_count_every_environments_steps(in_tmp, monkeypatch, one_torch_thread):
+    """--tau 0.5 at a target-network-frequency of 1, four games, an update a step: a loop pass of n
+    steps makes n updates, then n soft updates, 1 - 0.5^n of the way to the Q-network (one of 0.5, as
+    a one-game run would make after each step, lets the target fall behind). Redone by hand from the
+    batches the replay gave, the steps of each pass as the loop counted them."""
+    monkeypatch.setattr(dqn_atari_vec, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    networks, _ = record_networks(monkeypatch, dqn_atari_vec, "QNetwork")
+    batches = record_batches(monkeypatch, dqn_atari_vec)
+    passes, multiples_passed = [], dqn_atari_vec.multiples_passed
+
+    def record_pass(step, new_steps, period):
+        passes.append((step, new_steps))
+        return multiples_passed(step, new_steps, period)
+
+    monkeypatch.setattr(dqn_atari_vec, "multiples_passed", record_pass)
+    warm_up, tau = 40, 0.5
+    flags = ["--total-timesteps", "140", "--learning-starts", str(warm_up), "--learn-steps-period", "1", "--envs-count", "4"]
+    flags += ["--buffer-size", "200", "--batch-size", "8", "--target-network-frequency", "1", "--tau", str(tau)]
+    dqn_atari_vec.main(flags)
+
+    mixes, updates = {}, 0  # the soft updates after each pass's last update
+    for step, new_steps in passes:
+        updates = dqn_atari_vec.updates_due(step, warm_up, 1)
+        if step > warm_up and new_steps > 0:
+            mixes[updates] = 1.0 - (1.0 - tau) ** new_steps
+    assert len(batches) == updates >= 100 and max(new_steps for _, new_steps in passes) == 4
+    (trained, first_weights), (target, _) = networks
+    q_network, target_network, _ = dqn_updates_by_hand(
+        dqn_atari_vec.QNetwork, first_weights, batches, mix_after=lambda update: mixes.get(update, 0.0)
+    )
+    for mine, theirs in ((q_network, trained), (target_network, target)):
+        for name, weights in mine.state_dict().items():
+            torch.testing.assert_close(theirs.state_dict()[name], weights, rtol=1e-3, atol=1e-6)
 
 
 @pytest.mark.parametrize("script", [dqn_atari, dqn_atari_vec], ids=lambda m: m.__name__)

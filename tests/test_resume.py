@@ -433,7 +433,7 @@ def add_rows(script, replay, rng, rows):
 
 @pytest.mark.parametrize(
     "script, buffer_size, envs",
-    [("dqn_atari.py", 300, 1), ("dqn_atari_vec.py", 300, 3), ("dqn_atari_mp.py", 1000, 2), ("dqn_atari_mp.py", 40, 2)],
+    [("dqn_atari.py", 300, 1), ("dqn_atari_vec.py", 300, 3), ("dqn_atari_mp.py", 1000, 2), ("dqn_atari_mp.py", 66, 2)],
     ids=["dqn", "vec", "mp", "mp-tiny-ring"],
 )
 def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_size, envs, tmp_path):
