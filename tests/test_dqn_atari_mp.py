@@ -376,38 +376,53 @@ def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, 
 
 def test_the_learners_updates_match_a_hand_computation(in_tmp, monkeypatch):
     """The learner's first 100 updates on Catch from two workers' steps, redone by hand from the
-    batches the replay gave (conftest's dqn_updates_by_hand): the target network still the first
-    Q-network's copy (a sync every 10,000 steps: none in this run), no bootstrap past a terminal, the
-    mean squared error; the 100th update logs it and the mean Q(s, a). Which transitions the batches
-    hold depends on the workers' pace; what the learner does with them does not."""
+    batches the replay gave (conftest's dqn_updates_by_hand): no bootstrap past a terminal, the mean
+    squared error; the 100th update logs it and the mean Q(s, a). --tau 0.05 at a frequency of 1: after
+    each worker's batch of n steps and its updates, the target network moves 1 - 0.95^n of the way to
+    the Q-network. Which transitions the batches hold depends on the workers' pace; what the learner
+    does with them does not."""
     monkeypatch.setattr(dqn_atari_mp, "worker", mp_helpers.worker_on_catch)
     monkeypatch.setattr(dqn_atari_mp, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    networks = []
+    networks, passes, multiples_passed = [], [], dqn_atari_mp.multiples_passed
 
     # Not the Q-network's class (the workers' copy of it would have to be pickled): what is handed it first
     class Recorded(dqn_atari_mp.Checkpoints):
-        def __init__(self, args, run_dir, actions_count, progress, network, *rest, **kwargs):
-            super().__init__(args, run_dir, actions_count, progress, network, *rest, **kwargs)
-            networks.append((network, {k: v.clone() for k, v in network.state_dict().items()}))
+        def __init__(self, args, run_dir, actions_count, progress, network, optimizer, target_network, *rest):
+            super().__init__(args, run_dir, actions_count, progress, network, optimizer, target_network, *rest)
+            networks.append((network, target_network, {k: v.clone() for k, v in network.state_dict().items()}))
+
+    def record_pass(step, new_steps, period):
+        passes.append((step, new_steps))
+        return multiples_passed(step, new_steps, period)
 
     monkeypatch.setattr(dqn_atari_mp, "Checkpoints", Recorded)
+    monkeypatch.setattr(dqn_atari_mp, "multiples_passed", record_pass)
     batches = record_batches(monkeypatch, dqn_atari_mp)
-    flags = ["--total-timesteps", "140", "--learning-starts", "40", "--learn-steps-period", "1", "--buffer-size", "200"]
-    flags += ["--batch-size", "8", "--target-network-frequency", "10000", "--workers-count", "2"]
+    warm_up, tau = 40, 0.05
+    flags = ["--total-timesteps", "140", "--learning-starts", str(warm_up), "--learn-steps-period", "1"]
+    flags += ["--buffer-size", "200", "--batch-size", "8", "--target-network-frequency", "1", "--tau", str(tau)]
     handlers = {signum: signal.getsignal(signum) for signum in dqn_atari_mp.STOP_SIGNALS}
     try:
-        scalars = read_scalars(dqn_atari_mp.main(flags))
+        scalars = read_scalars(dqn_atari_mp.main(flags + ["--workers-count", "2"]))
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert len(batches) >= 100  # a worker's message may carry several steps past the 140th
 
-    ((trained, first_weights),) = networks
-    q_network, _, logged = dqn_updates_by_hand(dqn_atari_mp.QNetwork, first_weights, batches, mix_after=lambda update: 0.0)
+    mixes = {}  # the soft updates after each batch's last update
+    for step, new_steps in passes:
+        if step > warm_up and new_steps > 0:
+            mixes[dqn_atari_mp.updates_due(step, warm_up, 1)] = 1.0 - (1.0 - tau) ** new_steps
+    assert len(mixes) >= 3 and min(mixes.values()) < 0.9
+    ((trained, target, first_weights),) = networks
+    q_network, target_network, logged = dqn_updates_by_hand(
+        dqn_atari_mp.QNetwork, first_weights, batches, mix_after=lambda update: mixes.get(update, 0.0)
+    )
     assert scalars["losses/td_loss"][1][0] == pytest.approx(logged[99][0], rel=1e-3)
     assert scalars["losses/q_values"][1][0] == pytest.approx(logged[99][1], rel=1e-3)
-    for name, weights in q_network.state_dict().items():
-        torch.testing.assert_close(trained.state_dict()[name], weights, rtol=1e-3, atol=1e-6)
+    for mine, theirs in ((q_network, trained), (target_network, target)):
+        for name, weights in mine.state_dict().items():
+            torch.testing.assert_close(theirs.state_dict()[name], weights, rtol=1e-3, atol=1e-6)
 
 
 def test_learns_catch_beyond_random_from_two_workers(in_tmp, monkeypatch):
