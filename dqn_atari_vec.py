@@ -495,12 +495,14 @@ def check_args(p, args):
         p.error(f"argument --learning-starts: must be at least 2 * --envs-count = {2 * args.envs_count}")
     if args.buffer_size < args.batch_size + STACK:
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
-    # In a full ring, all of an environment's rows can be sampled but STACK of them: the STACK - 1 oldest
-    # (frames of their stacks are overwritten) and the newest (its next frame is not stored yet). At
-    # most 3 steps in a row are played for the agent (a game's reset and launch), so with 2 * STACK rows
-    # one at least is always a transition; with fewer the first update could wait forever.
-    if args.buffer_size // args.envs_count < 2 * STACK:
-        p.error(f"argument --buffer-size: must be at least {2 * STACK} * --envs-count = {2 * STACK * args.envs_count}")
+    # In a full ring, all of an environment's rows can be sampled but these: the STACK - 1 oldest (frames of
+    # their stacks are overwritten), the newest (its next frame is not stored yet), steps played for the agent
+    # (up to 3 in a row: a game's reset and launch) and, after --resume, the last row before the stop (its
+    # next frame was never stored) and the new game's launch (2 rows). With fewer rows than those and one
+    # more, none might be left to sample: an update would wait forever.
+    min_rows = (STACK - 1) + 1 + 3 + 1 + 2 + 1
+    if args.buffer_size // args.envs_count < min_rows:
+        p.error(f"argument --buffer-size: must be at least {min_rows} * --envs-count = {min_rows * args.envs_count}")
     needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, available_memory_bytes()
     free = None if free is None else free - args.envs_count * EMULATOR_BYTES  # the games' share is not the replay's
     if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay

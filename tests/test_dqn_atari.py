@@ -417,9 +417,9 @@ def test_free_memory_is_none_where_the_system_does_not_tell(script, monkeypatch)
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(in_tmp):
-    """8 rows and a warm-up of 2 steps: one fewer of either is refused (below); these always hold a
-    transition to sample, so no update can wait forever."""
-    flags = ["--total-timesteps", "300", "--buffer-size", "8", "--batch-size", "1", "--learning-starts", "2"]
+    """11 rows and a warm-up of 2 steps: one fewer of either is refused (below); these always hold a
+    transition to sample, so no update can wait forever (after a --resume too: the test below)."""
+    flags = ["--total-timesteps", "300", "--buffer-size", "11", "--batch-size", "1", "--learning-starts", "2"]
     run_dir = dqn_atari.main(flags + ["--learn-steps-period", "4"])
     assert read_scalars(run_dir)["charts/updates"][1][-1] == (300 - 2) // 4
 
@@ -429,7 +429,7 @@ def test_the_smallest_replay_accepted_learns_and_ends(in_tmp):
 @pytest.mark.parametrize(
     "args, flag",
     [
-        (["--buffer-size", "7", "--batch-size", "1", "--learning-starts", "2"], "--buffer-size"),
+        (["--buffer-size", "10", "--batch-size", "1", "--learning-starts", "2"], "--buffer-size"),
         (["--learning-starts", "1", "--batch-size", "1"], "--learning-starts"),
     ],
 )

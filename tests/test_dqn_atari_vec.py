@@ -150,7 +150,7 @@ def test_bad_input_from_the_command_line(tmp_path):
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
-    """8 rows an environment and a warm-up of 2 steps an environment: one fewer of either is refused
+    """11 rows an environment and a warm-up of 2 steps an environment: one fewer of either is refused
     (above); these always hold a transition to sample, so the first update cannot wait forever."""
     _, run_dir = run_script(
         "dqn_atari_vec.py",
@@ -160,7 +160,7 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
             "--envs-count",
             "8",
             "--buffer-size",
-            "64",
+            "88",
             "--batch-size",
             "8",
             "--learning-starts",
@@ -180,7 +180,7 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
 @pytest.mark.parametrize(
     "args, flag",
     [
-        (["--buffer-size", "63", "--envs-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
+        (["--buffer-size", "87", "--envs-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
         (["--buffer-size", "36", "--envs-count", "8"], "--buffer-size"),  # the issue's: 4 rows an environment
         (["--learning-starts", "15", "--envs-count", "8", "--batch-size", "8"], "--learning-starts"),
     ],

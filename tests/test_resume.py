@@ -491,6 +491,38 @@ def test_the_step_a_stop_cut_off_is_never_sampled(script):
     np.testing.assert_array_equal(states[:, 1:], next_states[:, :-1])  # every s' goes on from its s
 
 
+def breakout_rows(steps):
+    """What one Breakout game at random stores a step, for the replay: (firsts, agent_acted, dones)."""
+    games, rng, rows = module("dqn_atari.py").AtariGames("BreakoutNoFrameskip-v4", 1, 0), np.random.default_rng(0), []
+    for _ in range(steps):
+        firsts, agent_acted = games.firsts.copy(), games.send(rng.integers(0, 4, size=1)).copy()
+        rows.append((firsts, agent_acted, games.recv()[1]))
+    games.envs.close()
+    return rows
+
+
+@pytest.mark.parametrize("script", ["dqn_atari.py", "dqn_atari_vec.py"])
+def test_the_smallest_replay_always_holds_a_transition_after_a_resume(script):
+    """The smallest ring accepted (11 rows an environment), a run stopped at any step of 2,000 of
+    Breakout, then resumed: for the resumed run's first steps, while the new game's launch and the
+    cut-off step cannot be sampled, at least one transition always can (the update would wait forever
+    otherwise). With one row fewer, stops at 10 of these steps leave none (at 8, the old minimum, 74)."""
+    mod, rows = module(script), breakout_rows(2000)
+    assert sum(not agent_acted[0] for _, agent_acted, _ in rows) > 50  # lost lives and games: played steps
+    frame = np.zeros((1, 84, 84), dtype=np.uint8)
+
+    def nothing_to_sample_after_a_stop_at(stop, ring_rows):
+        replay = mod.ReplayMemory(ring_rows, 1)
+        for firsts, agent_acted, dones in rows[max(stop - 2 * ring_rows, 0) : stop] + rows[:8]:  # the new game's
+            if np.all(replay.full) and not replay.sampleable(np.arange(ring_rows), np.zeros(ring_rows, dtype=np.int64)).any():
+                return True
+            replay.add(frame, np.zeros(1), np.zeros(1), dones, agent_acted, firsts)
+        return False
+
+    assert not any(nothing_to_sample_after_a_stop_at(stop, 11) for stop in range(11, len(rows)))
+    assert any(nothing_to_sample_after_a_stop_at(stop, 10) for stop in range(10, len(rows)))
+
+
 @pytest.mark.parametrize("script", ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"])
 def test_a_replay_the_disk_cannot_hold_for_resume_is_refused_at_once(script, in_tmp, monkeypatch, capsys):
     """The replay's files need up to two rings and two files on disk; with 1 GiB free, a ring of 1M
