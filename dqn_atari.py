@@ -105,7 +105,7 @@ def parse_args(argv=None):
         help="no training: play --eval-episodes games with a model this script saved, log their scores",
     )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    p.add_argument("--eval-epsilon", type=probability, default=0.05, help="chance of a random action in the evaluation games")
+    p.add_argument("--eval-epsilon", type=probability, help="chance of a random action in the evaluation (None: --end-e)")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. pong (NoFrameskip-v4's setup)")
     p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
@@ -123,6 +123,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.resume is not None:  # the run's own flags, from its checkpoint (plumbing, below main)
         args = resumed_args(p, argv, args.resume)
+    if args.eval_epsilon is None:  # as CleanRL's DQN evaluates: at the epsilon its exploration ends with
+        args.eval_epsilon = args.end_e
     check_args(p, args)  # what a flag's type cannot check alone (plumbing, below main)
     return args
 

@@ -110,7 +110,7 @@ def parse_args(argv=None):
         help="no training: play --eval-episodes games with a model this script saved, log their scores",
     )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    # 0: the policy samples its own actions, as CleanRL's PPO evaluation plays (its DQN's adds epsilon 0.05)
+    # 0: the policy samples its own actions, as CleanRL's PPO evaluation plays (its DQN's: at its --end-e)
     p.add_argument("--eval-epsilon", type=probability, default=0.0, help="chance of a random action in the evaluation games")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. pong (NoFrameskip-v4's setup)")

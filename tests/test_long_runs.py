@@ -435,6 +435,18 @@ def test_eval_epsilon_is_the_share_of_random_actions_in_the_evaluation(script, i
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
+def test_the_evaluation_plays_at_the_final_epsilon_unless_told(script, in_tmp):
+    """As CleanRL's evaluations: the Q-learning scripts' at --end-e (CleanRL's DQN passes its end_e),
+    A2C's and PPO's with no random action (the policy draws its own)."""
+    mod = module(script)
+    if hasattr(mod.parse_args([]), "end_e"):
+        assert mod.parse_args([]).eval_epsilon == 0.01 and mod.parse_args(["--end-e", "0.2"]).eval_epsilon == 0.2
+        assert mod.parse_args(["--end-e", "0.2", "--eval-epsilon", "0.05"]).eval_epsilon == 0.05
+    else:
+        assert mod.parse_args([]).eval_epsilon == 0.0
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_the_evaluation_leaves_nohups_sighup_ignored(script, in_tmp, monkeypatch):
     """Run as a script, Ctrl-C and kill stop the evaluation games at once (nothing is left to save),
     but a run started under nohup keeps SIGHUP ignored: a closed terminal must not end it."""
