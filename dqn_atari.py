@@ -1049,6 +1049,8 @@ def evaluate_and_log(network, args, run_dir, writer, device):
     for signum in STOP_SIGNALS:  # only games are left, nothing to save: Ctrl-C, kill or a closed terminal
         if signal.getsignal(signum) is on_stop_signal:  # ends them at once, as by default (nohup's SIGHUP stays ignored)
             signal.signal(signum, signal.SIG_DFL)
+            if signum in stop_signals:  # one that came before, as the model loaded: it ends them now
+                signal.raise_signal(signum)
     video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
     evaluations = 1
     while video_dir and os.path.exists(video_dir):  # a finished run resumed: the earlier evaluation's videos stay

@@ -222,6 +222,28 @@ def test_eval_model_plays_and_logs_the_games_asked_for(watched, script):
     assert f"(scores {', '.join(f'{value:g}' for value in returns[1])})" in output
 
 
+def test_a_stop_before_the_games_start_ends_eval_model_without_a_game(stopped, tmp_path):
+    """Ctrl-C that comes while --eval-model starts (its flags checked, its model loaded) is kept, as
+    in training, by the script's handler: the games, which the default handler would end at once, must
+    not start and play on. Each script, its handler set as when run as a script, Ctrl-C at once."""
+    programs = {}
+    for script in SCRIPTS:
+        model = stopped[script, signal.SIGINT].model_path
+        programs[script] = (
+            f"import os, signal, sys; sys.path.insert(0, {ROOT!r}); import {script[:-3]} as s; "
+            "signal.signal(signal.SIGINT, s.on_stop_signal); os.kill(os.getpid(), signal.SIGINT); "
+            f"s.main(['--eval-model', {model!r}, '--eval-episodes', '2'])"
+        )
+    procs = {
+        script: subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for script, code in programs.items()
+    }
+    for script, proc in procs.items():
+        output = proc.communicate(timeout=120)[0].decode()
+        assert proc.returncode == -signal.SIGINT, (script, output)
+        assert "Traceback" not in output and "evaluation over" not in output and "games of" in output, (script, output)
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_eval_model_refuses_what_it_cannot_play(stopped, script, in_tmp, capsys):
     own = stopped[script, signal.SIGINT].model_path
