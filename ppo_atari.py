@@ -442,16 +442,16 @@ seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]
 
 def experiment_name(text):
     """An argparse type: --exp-name names the run's directory and the model file in it, NAME.pt."""
-    if not 0 < len(text) <= 100 or "/" in text or "\\" in text or text in (".", "..", CHECKPOINT[: -len(".pt")]):
-        raise argparse.ArgumentTypeError(f"must be a name of 1 to 100 characters, no / or \\, not checkpoint; got '{text}'")
+    if not 0 < len(text.encode()) <= 100 or "/" in text or "\\" in text or text in (".", "..", CHECKPOINT[: -len(".pt")]):
+        raise argparse.ArgumentTypeError(f"must be a name of 1 to 100 bytes, no / or \\, not checkpoint; got '{text}'")
     return text
 
 
 def rom_name(env_id):
-    """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name)."""
-    name = env_id.split("/")[-1]
+    """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name); '' for no game."""
+    namespace, _, name = env_id.rpartition("/")
     name = re.sub(r"(NoFrameskip)?(-v\d+)?$", "", name)
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower() if namespace in ("", "ALE") else ""
 
 
 EMULATOR_BYTES = 3 * 2**19  # one game's emulator and frames: 1.4-1.6 MiB measured (8 to 256 games)

@@ -184,6 +184,7 @@ def test_rom_names():
     assert dqn_atari.rom_name("BreakoutNoFrameskip-v4") == "breakout"
     assert dqn_atari.rom_name("ALE/MontezumaRevenge-v5") == "montezuma_revenge"
     assert dqn_atari.rom_name("pong") == "pong"
+    assert dqn_atari.rom_name("Other/Pong-v5") == "" and dqn_atari.rom_name("x/y/breakout") == ""
 
 
 def play_into_replay(capacity, steps, seed=0):

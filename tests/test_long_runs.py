@@ -310,13 +310,15 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
     films the evaluation, which only --save-model or --eval-model plays; a size beyond the free memory
     would fail (or swap) after the run had started. Each error is two lines: usage, then the error."""
     flag, size = SIZES[script]
-    name_rule = "must be a name of 1 to 100 characters, no / or \\, not checkpoint; got"
+    name_rule = "must be a name of 1 to 100 bytes, no / or \\, not checkpoint; got"
     for argv, why in [
         (["--seed", "-1"], "argument --seed: must be in [0, 2**30], got -1"),
         (["--seed", str(2**31)], f"argument --seed: must be in [0, 2**30], got {2**31}"),
         (["--exp-name", "checkpoint"], f"argument --exp-name: {name_rule} 'checkpoint'"),
         (["--exp-name", "../mine"], f"argument --exp-name: {name_rule} '../mine'"),
         (["--exp-name", "x" * 101], f"argument --exp-name: {name_rule} '{'x' * 101}'"),
+        (["--exp-name", "学" * 90], f"argument --exp-name: {name_rule} '{'学' * 90}'"),  # 270 bytes: too long a file name
+        (["--env-id", "x" * 260 + "/breakout"], "argument --env-id: unknown Atari game"),  # ALE/ or no namespace only
         (["--learning-rate", "inf"], "argument --learning-rate: must be a finite number > 0, got inf"),
         (["--total-timesteps", "1e6"], "argument --total-timesteps: must be a positive integer, got 1e6"),
         (["--capture-video"], "argument --capture-video: films the evaluation games, played only with --save-model or"),
