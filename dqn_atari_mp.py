@@ -600,7 +600,10 @@ def new_run_dir(run_name):
     while os.path.exists(run_dir):  # never write into an earlier run's directory
         n += 1
         run_dir = os.path.join("runs", f"{run_name}_{n}")
-    os.makedirs(run_dir)
+    try:
+        os.makedirs(run_dir)
+    except OSError as error:  # ./runs is a file, or a folder this user may not write in
+        sys.exit(f"error: cannot make the run's directory {run_dir}: {error.strerror}")
     hold_run_dir(run_dir)  # so that no --resume writes into it while this run lives
     return run_dir
 
@@ -646,16 +649,23 @@ def start_wandb(args, run_dir):
     with open(id_path) as f:
         run_id = f.read().strip()
     wandb.tensorboard.patch(root_logdir=run_dir)  # told, not guessed: wandb would wait 10 s to guess it
-    wandb.init(
-        project=args.wandb_project_name,
-        entity=args.wandb_entity,
-        sync_tensorboard=True,
-        config=vars(args),
-        name=os.path.basename(run_dir),
-        save_code=True,
-        id=run_id,
-        resume="allow",
-    )
+    try:
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=os.path.basename(run_dir),
+            save_code=True,
+            id=run_id,
+            resume="allow",
+        )
+    except wandb.errors.Error as error:  # no network, or W&B refused: nothing is logged yet
+        if args.resume is None:  # a new run's directory holds the id alone
+            os.remove(id_path)
+            os.rmdir(run_dir)
+        reason = " ".join(str(error).split())
+        sys.exit(f"error: argument --track: W&B did not start the run ({reason}). Or keep it on disk: WANDB_MODE=offline")
 
 
 def close_logs(writer, args):

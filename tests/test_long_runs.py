@@ -335,6 +335,18 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
     assert "GiB of memory is free" in errors[0]  # the size's refusal, the last one
 
 
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_runs_path_that_is_no_folder_stops_the_run_with_one_line(script, in_tmp, capsys):
+    """The run directories go in ./runs: where a file has that name, the run cannot start; it says why."""
+    with open("runs", "w") as f:
+        f.write("the user's")
+    with pytest.raises(SystemExit) as exit_info:
+        module(script).main(["--total-timesteps", "10"])
+    assert str(exit_info.value.code).startswith("error: cannot make the run's directory runs/BreakoutNoFrameskip-v4__")
+    assert str(exit_info.value.code).endswith(": Not a directory") and "Traceback" not in capsys.readouterr().err
+    assert open("runs").read() == "the user's"
+
+
 def test_the_shared_code_is_the_same_in_every_script():
     for name in [
         "rom_name",

@@ -55,6 +55,21 @@ def test_track_without_an_api_key_fails_at_once(tmp_path):
     assert not os.path.exists(tmp_path / "runs")
 
 
+def test_track_without_a_network_stops_before_the_run(tmp_path):
+    """A W&B key, but W&B cannot be reached (here its address refuses every connection): the script
+    stops with one line saying so, before its games start, and takes back the run directory it made.
+    One script: start_wandb and new_run_dir are the same in all six (test_long_runs.py checks it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")} | {"HOME": str(tmp_path)}
+    env.update(WANDB_API_KEY="0" * 40, WANDB_BASE_URL="http://127.0.0.1:9", WANDB_INIT_TIMEOUT="2", WANDB_SILENT="true")
+    command = [sys.executable, os.path.join(ROOT, "ppo_atari.py"), "--track"]
+    run = subprocess.run(command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.splitlines()[-1].startswith("error: argument --track: W&B did not start the run (")
+    assert run.stderr.splitlines()[-1].endswith("connection refused). Or keep it on disk: WANDB_MODE=offline")
+    assert "steps on" not in run.stdout  # the line that opens the run's games
+    assert os.listdir(tmp_path / "runs") == []
+
+
 def random_q_network(rng, chosen):
     """A Q-network for dqn_atari.py's evaluate: a random greedy action each time it is asked, noted in `chosen`."""
 
