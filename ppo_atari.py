@@ -35,7 +35,6 @@ import signal
 import stat
 import sys
 import time
-import warnings
 
 import numpy as np
 import torch
@@ -451,8 +450,9 @@ def experiment_name(text):
 def rom_name(env_id):
     """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name); '' for no game."""
     namespace, _, name = env_id.rpartition("/")
-    name = re.sub(r"(NoFrameskip)?(-v\d+)?$", "", name)
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower() if namespace in ("", "ALE") else ""
+    name = re.sub(r"(NoFrameskip)?(-v\d{1,3})?$", "", name).replace("_", "").lower()
+    games = {rom.replace("_", ""): rom for rom in roms.get_all_rom_ids()}  # 'upndown' -> 'up_n_down'
+    return games.get(name, "") if namespace in ("", "ALE") else ""
 
 
 EMULATOR_BYTES = 3 * 2**19  # one game's emulator and frames: 1.4-1.6 MiB measured (8 to 256 games)
@@ -473,12 +473,11 @@ def available_memory_bytes():
 
 def check_args(p, args):
     """The checks that need more than one flag or a look at the game, done before any long work."""
-    with warnings.catch_warnings(action="ignore"):  # ale-py warns about an unknown name; the error below says more
-        if roms.get_rom_path(rom_name(args.env_id)) is None:
-            p.error(
-                f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
-                f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')"
-            )
+    if not rom_name(args.env_id):
+        p.error(
+            f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
+            f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')"
+        )
     needed, free = args.envs_count * EMULATOR_BYTES, available_memory_bytes()
     if free is not None and needed > free and args.eval_model is None:
         p.error(
@@ -595,7 +594,7 @@ def start_wandb(args, run_dir):
             os.remove(id_path)
             os.rmdir(run_dir)
         reason = " ".join(str(error).split())
-        sys.exit(f"error: argument --track: W&B did not start the run ({reason}). Or keep it on disk: WANDB_MODE=offline")
+        sys.exit(f"error: --track: W&B did not start the run ({reason}). Or keep it on disk: WANDB_MODE=offline")
 
 
 def close_logs(writer, args):

@@ -3,7 +3,9 @@
 import os
 import signal
 
+import ale_py
 import catch
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -185,6 +187,13 @@ def test_rom_names():
     assert dqn_atari.rom_name("ALE/MontezumaRevenge-v5") == "montezuma_revenge"
     assert dqn_atari.rom_name("pong") == "pong"
     assert dqn_atari.rom_name("Other/Pong-v5") == "" and dqn_atari.rom_name("x/y/breakout") == ""
+    # every game by the ids ale-py registers in gymnasium (UpNDown and TicTacToe3D defeat a CamelCase split)
+    gymnasium.register_envs(ale_py)
+    atari_ids = [env_id for env_id, spec in gymnasium.registry.items() if spec.entry_point == "ale_py.env:AtariEnv"]
+    assert len(atari_ids) > 300 and "ALE/TicTacToe3D-v5" in atari_ids and "UpNDownNoFrameskip-v4" in atari_ids
+    assert all(dqn_atari.rom_name(env_id) in ale_py.roms.get_all_rom_ids() for env_id in atari_ids)
+    assert dqn_atari.rom_name("ALE/TicTacToe3D-v5") == "tic_tac_toe_3d" and dqn_atari.rom_name("up_n_down") == "up_n_down"
+    assert dqn_atari.rom_name("Breakout-v" + "9" * 300) == ""  # a version number that long would overflow the run's name
 
 
 def play_into_replay(capacity, steps, seed=0):

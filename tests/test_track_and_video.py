@@ -64,7 +64,7 @@ def test_track_without_a_network_stops_before_the_run(tmp_path):
     command = [sys.executable, os.path.join(ROOT, "ppo_atari.py"), "--track"]
     run = subprocess.run(command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
-    assert run.stderr.splitlines()[-1].startswith("error: argument --track: W&B did not start the run (")
+    assert run.stderr.splitlines()[-1].startswith("error: --track: W&B did not start the run (")
     assert run.stderr.splitlines()[-1].endswith("connection refused). Or keep it on disk: WANDB_MODE=offline")
     assert "steps on" not in run.stdout  # the line that opens the run's games
     assert os.listdir(tmp_path / "runs") == []
