@@ -453,8 +453,9 @@ def experiment_name(text):
 def rom_name(env_id):
     """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name); '' for no game."""
     namespace, _, name = env_id.rpartition("/")
-    name = re.sub(r"(NoFrameskip)?(-v\d{1,3})?$", "", name).replace("_", "").lower()
-    games = {rom.replace("_", ""): rom for rom in roms.get_all_rom_ids()}  # 'upndown' -> 'up_n_down'
+    name = re.sub(r"(NoFrameskip)?(-v\d{1,3})?$", "", name).replace("_", "").lower()  # a longer version is no game's
+    # Looked up, not split at capitals: UpNDown is up_n_down, TicTacToe3D tic_tac_toe_3d
+    games = {rom.replace("_", ""): rom for rom in roms.get_all_rom_ids()}
     return games.get(name, "") if namespace in ("", "ALE") else ""
 
 
