@@ -101,7 +101,8 @@ def loads_into_the_network(script, path):
 
 
 # ---------------------------------------------------------------- Ctrl-C and kill
-STOPS = [(script, signal.SIGINT) for script in SCRIPTS] + [("dqn_atari_vec.py", signal.SIGTERM)]
+# kill (SIGTERM) for one script, Ctrl-C (SIGINT) for the others: the handler is the same in all six
+STOPS = {script: signal.SIGTERM if script == "dqn_atari_vec.py" else signal.SIGINT for script in SCRIPTS}
 
 
 @pytest.fixture(scope="module")
@@ -110,22 +111,22 @@ def stopped(tmp_path_factory):
     second Ctrl-C while a run saves: tests/test_dqn_atari.py, in-process, at a known moment; here it
     could land after the save, as Python's exit restores the default handlers, and kill the run.)"""
     runs = {}
-    for script, signum in STOPS:
+    for script, signum in STOPS.items():
         cwd = tmp_path_factory.mktemp(f"{script[:-3]}_{signum.name}")
-        runs[script, signum] = Run(script, ["--total-timesteps", "1000000", "--save-model"] + SMALL[script], cwd)
-    for (script, signum), run in runs.items():
+        runs[script] = Run(script, ["--total-timesteps", "1000000", "--save-model"] + SMALL[script], cwd)
+    for script, run in runs.items():
         run.wait_for("step ")  # the loop has run for 5 s and logged to TensorBoard
         with open(f"/proc/{run.proc.pid}/task/{run.proc.pid}/children") as f:
             run.children = [int(pid) for pid in f.read().split()]  # dqn_atari_mp.py's workers, among others
-        run.proc.send_signal(signum)
+        run.proc.send_signal(STOPS[script])
     results = {}
-    for (script, signum), run in runs.items():
+    for script, run in runs.items():
         returncode, output = run.finish()
         deadline = time.time() + 10  # an orphan ends on its own once it sees the run gone: give it a moment
         while any(map(is_running, run.children)) and time.time() < deadline:
             time.sleep(0.1)
         run_dir = run.run_dir()
-        results[script, signum] = types.SimpleNamespace(
+        results[script] = types.SimpleNamespace(
             cwd=run.cwd,
             returncode=returncode,
             output=output,
@@ -146,9 +147,9 @@ def is_running(pid):
         return False
 
 
-@pytest.mark.parametrize("script, signum", STOPS, ids=[f"{s}-{n.name}" for s, n in STOPS])
+@pytest.mark.parametrize("script, signum", STOPS.items(), ids=[f"{s}-{n.name}" for s, n in STOPS.items()])
 def test_a_stop_signal_saves_flushes_and_exits(stopped, script, signum):
-    run = stopped[script, signum]
+    run = stopped[script]
     assert run.returncode == 128 + signum, run.output  # 130 after Ctrl-C, 143 after kill
     assert run.children_left == [] and len(run.children) >= (2 if script == "dqn_atari_mp.py" else 0), run.children
     assert "Traceback" not in run.output, run.output
@@ -196,7 +197,7 @@ def watched(stopped, tmp_path_factory):
     the games short (the network still picks the tenth)."""
     runs = {}
     for script in SCRIPTS:
-        trained = stopped[script, signal.SIGINT]
+        trained = stopped[script]
         runs[script] = Run(
             script, ["--eval-model", trained.model_path, "--eval-episodes", "2", "--eval-epsilon", "0.9"], trained.cwd
         )
@@ -228,7 +229,7 @@ def test_a_stop_before_the_games_start_ends_eval_model_without_a_game(stopped, t
     not start and play on. Each script, its handler set as when run as a script, Ctrl-C at once."""
     programs = {}
     for script in SCRIPTS:
-        model = stopped[script, signal.SIGINT].model_path
+        model = stopped[script].model_path
         programs[script] = (
             f"import os, signal, sys; sys.path.insert(0, {ROOT!r}); import {script[:-3]} as s; "
             "signal.signal(signal.SIGINT, s.on_stop_signal); os.kill(os.getpid(), signal.SIGINT); "
@@ -246,9 +247,9 @@ def test_a_stop_before_the_games_start_ends_eval_model_without_a_game(stopped, t
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_eval_model_refuses_what_it_cannot_play(stopped, script, in_tmp, capsys):
-    own = stopped[script, signal.SIGINT].model_path
+    own = stopped[script].model_path
     other_script = SCRIPTS[SCRIPTS.index(script) - 1]
-    other = stopped[other_script, signal.SIGINT].model_path
+    other = stopped[other_script].model_path
     with open("notes.pt", "w") as f:
         f.write("not a model\n")
     for argv, why in [
@@ -271,7 +272,7 @@ def test_eval_model_refuses_what_it_cannot_play(stopped, script, in_tmp, capsys)
 
 
 def test_eval_model_refused_on_the_command_line(stopped, tmp_path):
-    dqn_model = stopped["dqn_atari.py", signal.SIGINT].model_path
+    dqn_model = stopped["dqn_atari.py"].model_path
     message = run_bad("ppo_atari.py", ["--eval-model", dqn_model], tmp_path)
     assert message == (
         f"ppo_atari.py: error: argument --eval-model: {dqn_model} was saved by dqn_atari.py: "

@@ -34,24 +34,30 @@ def test_track_without_wandb_fails_at_once(script, in_tmp, monkeypatch, capsys):
 
 
 def test_track_without_an_api_key_fails_at_once(tmp_path):
-    """No W&B key and no terminal to ask for one: each script stops before its run begins, not after."""
+    """No W&B key and no terminal to ask for one: each script stops before its run begins, not after.
+    The six run one after the other in one process, each as `python SCRIPT --track` runs it: torch
+    and wandb start once, not six times."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")} | {"HOME": str(tmp_path)}
-    runs = [
-        subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, f"{script.__name__}.py"), "--track"],
-            cwd=tmp_path,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for script in SCRIPTS
-    ]
-    for script, run in zip(SCRIPTS, runs):
-        err = run.communicate(timeout=120)[1]
-        assert run.returncode == 2 and "Traceback" not in err, err
-        assert err.splitlines()[-1].startswith(f"{script.__name__}.py: error: argument --track: No API key configured.")
-        assert err.splitlines()[-1].endswith("Or keep the run on disk: WANDB_MODE=offline")
+    program = (
+        "import runpy, sys\n"
+        f"for script in {[os.path.join(ROOT, f'{script.__name__}.py') for script in SCRIPTS]!r}:\n"
+        "    sys.argv = [script, '--track']\n"
+        "    try:\n"
+        "        runpy.run_path(script, run_name='__main__')\n"
+        "    except SystemExit as stop:\n"
+        "        print(f'exit status {stop.code}', file=sys.stderr)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True
+    )
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    lines = run.stderr.splitlines()
+    ends = [i for i, line in enumerate(lines) if line.startswith("exit status ")]
+    assert len(ends) == len(SCRIPTS), run.stderr
+    for script, end in zip(SCRIPTS, ends):
+        assert lines[end] == "exit status 2", run.stderr
+        assert lines[end - 1].startswith(f"{script.__name__}.py: error: argument --track: No API key configured.")
+        assert lines[end - 1].endswith("Or keep the run on disk: WANDB_MODE=offline")
     assert not os.path.exists(tmp_path / "runs")
 
 
