@@ -767,7 +767,8 @@ def sync_dir(path):
 
 class Checkpoints:
     """RUN_DIR/checkpoint.pt, all that --resume needs, written every --save-every steps, when the run
-    stops and at its end; with --save-model the network alone too, as NAME.pt (for --eval-model).
+    stops and at its end; with --save-model the network alone too, as NAME.pt (for --eval-model; a
+    finished run that goes on keeps it and writes NAME_2.pt).
 
     It holds the network, the optimizer and, where the script has them, the target network and numpy's
     Generator; numpy's, torch's and python's global random streams; the step and update counts; the
@@ -803,6 +804,7 @@ class Checkpoints:
             checkpoint = {
                 **model,  # a model too: --eval-model plays it
                 "args": vars(self.args),  # the run's own flags, for --resume
+                "model_file": os.path.basename(self.model_path),  # where --save-model writes: NAME.pt, or NAME_2.pt...
                 "global_step": step,
                 "updates": updates,
                 "finished": finished,
@@ -842,6 +844,11 @@ class Checkpoints:
             torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
         random.setstate(checkpoint["python_random"])
         step, saved_args = checkpoint["global_step"], checkpoint["args"]
+        self.model_path = os.path.join(self.run_dir, checkpoint.get("model_file", os.path.basename(self.model_path)))
+        ends = 1
+        while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
+            ends += 1
+            self.model_path = os.path.join(self.run_dir, f"{self.args.exp_name}_{ends}.pt")
         self.progress.go_on_from(step, checkpoint["returns"])
         if self.replay is not None:
             self.replay.load(checkpoint["replay"])

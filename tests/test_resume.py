@@ -363,6 +363,30 @@ def test_a_finished_run_with_its_replay_goes_on_to_a_larger_total(finished_run, 
     assert "is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it" in error
 
 
+def test_a_finished_run_that_goes_on_keeps_its_model_and_saves_the_next_beside_it(in_tmp, monkeypatch, capsys):
+    """--save-model's NAME.pt of a finished run stays as it was when the run goes on: the new model is
+    NAME_2.pt, through a stop and a resume as well. (Checkpoints is the same in all six scripts.)"""
+    script = module("pqn_atari.py")
+    monkeypatch.setattr(script, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    flags = ["--save-model", "--eval-episodes", "1"]
+    run_dir = script.main(["--total-timesteps", "64", "--keep-checkpoint", *flags, *TINY["pqn_atari.py"]])
+    with open(os.path.join(run_dir, "pqn_atari.pt"), "rb") as f:
+        first_model = f.read()
+    monkeypatch.setattr(script, "stop_signals", [signal.SIGINT])  # Ctrl-C as the resumed run starts
+    with pytest.raises(SystemExit):
+        script.main(["--resume", run_dir, "--total-timesteps", "128", *flags])
+    monkeypatch.setattr(script, "stop_signals", [])
+    script.main(["--resume", run_dir])
+    out = capsys.readouterr().out
+    second = os.path.join(run_dir, "pqn_atari_2.pt")
+    assert out.count(f"model saved to {os.path.join(run_dir, 'pqn_atari.pt')} ") == 1  # the first run's end alone
+    assert out.count(f"model saved to {second} ") == 2 and "step 128/128" in out
+    with open(os.path.join(run_dir, "pqn_atari.pt"), "rb") as f:
+        assert f.read() == first_model
+    assert not os.path.exists(os.path.join(run_dir, "pqn_atari_3.pt"))
+    assert torch.load(second, weights_only=True)["script"] == "pqn_atari.py"
+
+
 # ---------------------------------------------------------------- a run in use
 def test_a_live_run_is_not_resumed_until_its_process_ends(tmp_path, monkeypatch, capsys):
     """A live run holds its directory: resuming it (as a second terminal, or a restart script, would)
