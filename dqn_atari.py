@@ -429,7 +429,8 @@ def number_type(kind, is_allowed, allowed):
 
 positive_int = number_type(int, lambda value: value >= 1, "a positive integer")
 non_negative_int = number_type(int, lambda value: value >= 0, "an integer >= 0")
-positive_float = number_type(float, lambda value: 0 < value < float("inf"), "a finite number > 0")
+# The networks compute in float32: a number past its largest, 3.4e38, would be inf there
+positive_float = number_type(float, lambda value: 0 < value <= 3.4e38, "in (0, 3.4e38]")
 probability = number_type(float, lambda value: 0.0 <= value <= 1.0, "in [0, 1]")
 # ALE takes seeds below 2**31; the games take seed + i and the evaluation seed + 100: room is left for them
 seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]")

@@ -90,6 +90,7 @@ BAD_INPUTS = [
     ("--gamma", "1.5"),
     ("--env-id", "NoSuchGame-v4"),
     ("--ent-coef", "-0.1"),
+    ("--vf-coef", "1e40"),  # inf in float32
     ("--total-timesteps", "ten"),
 ]
 

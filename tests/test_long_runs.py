@@ -307,7 +307,7 @@ SIZES = {  # the flag that sizes what each script holds in memory, at a value no
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, in_tmp, capsys, recwarn):
     """ALE takes seeds below 2**31; --exp-name names a file in the run directory, so it may not leave
-    it or take the checkpoint's name; an infinite learning rate would train to NaN; --capture-video
+    it or take the checkpoint's name; a learning rate past float32's range would train to NaN; --capture-video
     films the evaluation, which only --save-model or --eval-model plays; a size beyond the free memory
     would fail (or swap) after the run had started. Each error is two lines: usage, then the error."""
     flag, size = SIZES[script]
@@ -320,7 +320,8 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
         (["--exp-name", "x" * 101], f"argument --exp-name: {name_rule} '{'x' * 101}'"),
         (["--exp-name", "学" * 90], f"argument --exp-name: {name_rule} '{'学' * 90}'"),  # 270 bytes: too long a file name
         (["--env-id", "x" * 260 + "/breakout"], "argument --env-id: unknown Atari game"),  # ALE/ or no namespace only
-        (["--learning-rate", "inf"], "argument --learning-rate: must be a finite number > 0, got inf"),
+        (["--learning-rate", "inf"], "argument --learning-rate: must be in (0, 3.4e38], got inf"),
+        (["--learning-rate", "1e39"], "argument --learning-rate: must be in (0, 3.4e38], got 1e39"),  # inf in float32
         (["--total-timesteps", "1e6"], "argument --total-timesteps: must be a positive integer, got 1e6"),
         (["--capture-video"], "argument --capture-video: films the evaluation games, played only with --save-model or"),
         ([flag, size], f"argument {flag}: "),

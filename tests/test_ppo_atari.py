@@ -208,6 +208,7 @@ BAD_INPUTS = [
     ("--env-id", "NoSuchGame-v4"),
     ("--gae-lambda", "2"),
     ("--clip-coef", "0"),
+    ("--clip-coef", "1e39"),  # inf in float32: the clamp's bound would not convert
     ("--num-minibatches", "0"),
     ("--num-minibatches", "1000"),
     ("--target-kl", "-0.01"),
