@@ -427,8 +427,9 @@ def number_type(kind, is_allowed, allowed):
     return read
 
 
-positive_int = number_type(int, lambda value: value >= 1, "a positive integer")
-non_negative_int = number_type(int, lambda value: value >= 0, "an integer >= 0")
+# The counts meet numpy's int64 steps: from 2**63 on they would overflow there, mid-run
+positive_int = number_type(int, lambda value: 1 <= value <= 2**62, "an integer in [1, 2**62]")
+non_negative_int = number_type(int, lambda value: 0 <= value <= 2**62, "an integer in [0, 2**62]")
 # The networks compute in float32: a number past its largest, 3.4e38, would be inf there
 positive_float = number_type(float, lambda value: 0 < value <= 3.4e38, "in (0, 3.4e38]")
 probability = number_type(float, lambda value: 0.0 <= value <= 1.0, "in [0, 1]")

@@ -322,7 +322,8 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
         (["--env-id", "x" * 260 + "/breakout"], "argument --env-id: unknown Atari game"),  # ALE/ or no namespace only
         (["--learning-rate", "inf"], "argument --learning-rate: must be in (0, 3.4e38], got inf"),
         (["--learning-rate", "1e39"], "argument --learning-rate: must be in (0, 3.4e38], got 1e39"),  # inf in float32
-        (["--total-timesteps", "1e6"], "argument --total-timesteps: must be a positive integer, got 1e6"),
+        (["--total-timesteps", "1e6"], "argument --total-timesteps: must be an integer in [1, 2**62], got 1e6"),
+        (["--save-every", str(2**63)], f"argument --save-every: must be an integer in [1, 2**62], got {2**63}"),  # int64
         (["--capture-video"], "argument --capture-video: films the evaluation games, played only with --save-model or"),
         ([flag, size], f"argument {flag}: "),
     ]:

@@ -223,7 +223,7 @@ def test_bad_input_is_refused_before_any_work(flag, value, in_tmp, capsys):
 def test_bad_input_from_the_command_line(tmp_path):
     assert (
         run_bad("ppo_atari.py", ["--envs-count", "0"], tmp_path)
-        == "ppo_atari.py: error: argument --envs-count: must be a positive integer, got 0"
+        == "ppo_atari.py: error: argument --envs-count: must be an integer in [1, 2**62], got 0"
     )
 
 
