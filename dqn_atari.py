@@ -444,12 +444,18 @@ def experiment_name(text):
     return text
 
 
+# ROMs with no one-player game: ale-py registers none of them, and ALE ends the process that loads one
+TWO_PLAYERS_ONLY = {"combat", "joust", "maze_craze", "warlords"}
+
+
 def rom_name(env_id):
     """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name); '' for no game."""
     namespace, _, name = env_id.rpartition("/")
-    name = re.sub(r"(NoFrameskip)?(-v\d{1,3})?$", "", name).replace("_", "").lower()  # a longer version is no game's
+    name = re.sub(r"(NoFrameskip)?(-v\d{1,3})?$", "", name).lower()  # a longer version is no game's
     # Looked up, not split at capitals: UpNDown is up_n_down, TicTacToe3D tic_tac_toe_3d
-    games = {rom.replace("_", ""): rom for rom in roms.get_all_rom_ids()}
+    games = {}
+    for rom in set(roms.get_all_rom_ids()) - TWO_PLAYERS_ONLY:
+        games[rom] = games[rom.replace("_", "")] = rom
     return games.get(name, "") if namespace in ("", "ALE") else ""
 
 
@@ -474,7 +480,8 @@ def check_args(p, args):
     if not rom_name(args.env_id):
         p.error(
             f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
-            f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())')"
+            f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())', "
+            f"but for {', '.join(sorted(TWO_PLAYERS_ONLY))}: two players only)"
         )
     if args.learning_starts < args.batch_size:
         p.error(f"argument --learning-starts: must be at least --batch-size ({args.batch_size})")

@@ -194,6 +194,12 @@ def test_rom_names():
     assert all(dqn_atari.rom_name(env_id) in ale_py.roms.get_all_rom_ids() for env_id in atari_ids)
     assert dqn_atari.rom_name("ALE/TicTacToe3D-v5") == "tic_tac_toe_3d" and dqn_atari.rom_name("up_n_down") == "up_n_down"
     assert dqn_atari.rom_name("Breakout-v" + "9" * 300) == ""  # a version number that long would overflow the run's name
+    # ROMs ALE cannot load for one player (it would end the process), and underscores that are no ROM's
+    assert [dqn_atari.rom_name(env_id) for env_id in ["combat", "ALE/Warlords-v5", "JoustNoFrameskip-v4", "maze_craze"]] == [
+        ""
+    ] * 4
+    assert dqn_atari.rom_name("P_o_n_g") == "" and dqn_atari.rom_name("Pong" + "_" * 300) == ""
+    assert dqn_atari.rom_name("Up_N_Down") == "up_n_down" and dqn_atari.rom_name("upndown") == "up_n_down"
 
 
 def play_into_replay(capacity, steps, seed=0):
