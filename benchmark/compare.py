@@ -60,7 +60,9 @@ def read_run(run_dir):
     """A run from its TensorBoard events: hyperparameters, totals, and one (step, seconds, return) per game."""
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
-    text_tag = next(t for t in events.Tags()["tensors"] if t.startswith("hyperparameters"))
+    text_tag = next((t for t in events.Tags()["tensors"] if t.startswith("hyperparameters")), None)
+    if text_tag is None:  # another program's events, or a file cut short before the run's start was written
+        raise ValueError("its TensorBoard events hold no hyperparameters table, which each of these scripts writes first")
     text = events.Tensors(text_tag)[0]  # written when the run starts: its time is the run's start
     table = text.tensor_proto.string_val[0].decode()
     params = dict(line.strip("|").split("|", 1) for line in table.splitlines()[2:])
@@ -376,7 +378,10 @@ def main(argv=None):
             if os.path.exists(path):
                 print(f"{path}: exists already, left as is")
             else:
-                write_csv(run_dir, path)
+                try:
+                    write_csv(run_dir, path)
+                except ValueError as error:
+                    p.error(f"argument RUN: {run_dir} is not a run of these scripts: {error}")
                 print(f"{path}: written from {run_dir}")
         return 0
 
@@ -384,7 +389,9 @@ def main(argv=None):
     for source in sources:
         try:
             runs.append(read_run(source) if os.path.isdir(source) else read_csv(source))
-        except (KeyError, ValueError) as error:  # a CSV of something else, or cut short
+        except (KeyError, ValueError) as error:  # a CSV of something else, or cut short; another program's events
+            if os.path.isdir(source):
+                p.error(f"argument RUN: {source} is not a run of these scripts: {error}")
             p.error(f"argument RUN: {source} is not a results CSV (see docs/results/README.md): {error!r}")
     print(table(runs, args.last, args.reach))
     if plt is not None:

@@ -462,6 +462,28 @@ def test_compare_refuses_a_folder_without_runs_and_a_foreign_csv(tmp_path):
     assert proc.returncode == 2 and "argument --last" in proc.stderr
 
 
+def test_compare_refuses_another_programs_events_and_an_empty_events_file(tmp_path, capsys):
+    """TensorBoard events no script of this project wrote (no hyperparameters table), or an events file
+    of 0 bytes: one error line naming the folder, for the table and for --export, and no CSV written."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(tmp_path / "other"))
+    writer.add_event(Event(wall_time=1.0, step=1, summary=Summary(value=[Summary.Value(tag="loss", simple_value=1.0)])))
+    writer.close()
+    os.makedirs(tmp_path / "empty")
+    (tmp_path / "empty" / "events.out.tfevents.1.host").write_bytes(b"")
+    for folder in ["other", "empty"]:
+        for export in ([], ["--export", str(tmp_path / "csvs")]):
+            with pytest.raises(SystemExit) as exit_info:
+                compare.main([str(tmp_path / folder), *export])
+            err = capsys.readouterr().err
+            assert exit_info.value.code == 2 and "Traceback" not in err, err
+            assert f"argument RUN: {tmp_path / folder} is not a run of these scripts: its TensorBoard events hold no" in err
+    assert os.listdir(tmp_path / "csvs") == []
+
+
 def test_cleanrl_speed_refuses_a_missing_python_or_script_and_reads_a_runs_rate(tmp_path):
     proc = run_tool("cleanrl_speed.py", "--cleanrl-python", tmp_path / "no_python", "--cleanrl-script", tmp_path / "no.py")
     assert proc.returncode == 2 and "argument --cleanrl-python: no file" in proc.stderr and "Traceback" not in proc.stderr
