@@ -41,7 +41,8 @@ def jobs_count(text):
 def run_dir_in(log_path):
     """The run directory a script names on its first line ("runs/NAME: game, steps on device"), or None yet."""
     with open(log_path) as log:
-        found = re.search(r"^(runs/[^\s:]+): ", log.read(), re.MULTILINE)
+        # the line's end, not the name's, is matched: --exp-name may hold spaces and colons
+        found = re.search(r"^(runs/.+): [^\s,]+, [\d,]+ steps on \S+$", log.read(), re.MULTILINE)
     return found and found.group(1)
 
 

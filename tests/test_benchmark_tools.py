@@ -108,6 +108,15 @@ def test_sweep_gives_each_child_one_thread_when_running_several(monkeypatch, tmp
     assert "2 of 2 runs ended well" in capsys.readouterr().out
 
 
+def test_sweep_finds_a_run_directory_whose_name_has_spaces_and_colons(tmp_path):
+    """--exp-name may hold spaces and colons (the scripts take them): the run is still found in its log."""
+    log = tmp_path / "run.log"
+    log.write_text("runs/BreakoutNoFrameskip-v4__seed notes: 2__1__1796347714: Breakout")  # the line half written
+    assert sweep_tool.run_dir_in(log) is None
+    log.write_text(log.read_text() + "NoFrameskip-v4, 600 steps on cpu\nstep 600/600 | 145 steps/s | 0h00m left\n")
+    assert sweep_tool.run_dir_in(log) == "runs/BreakoutNoFrameskip-v4__seed notes: 2__1__1796347714"
+
+
 def test_sweep_refuses_no_jobs(in_tmp, capsys):
     assert_refused(sweep_tool.main, ["--jobs", "0", "--runs", "dqn_atari.py"], "--jobs", capsys)
     capsys.readouterr()
