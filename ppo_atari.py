@@ -31,6 +31,7 @@ import os
 import random
 import re
 import shlex
+import shutil
 import signal
 import stat
 import sys
@@ -505,9 +506,15 @@ def check_args(p, args):
     if args.capture_video:
         try:
             import imageio  # noqa: F401
-            import imageio_ffmpeg  # noqa: F401
+            import imageio_ffmpeg
         except ImportError:
             p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
+        try:  # the films' encoder, a program: imageio-ffmpeg's own, or IMAGEIO_FFMPEG_EXE's
+            ffmpeg = shutil.which(imageio_ffmpeg.get_ffmpeg_exe())
+        except RuntimeError:
+            ffmpeg = None
+        if ffmpeg is None:
+            p.error("argument --capture-video: imageio-ffmpeg finds no ffmpeg program to encode the films with")
     if args.track:
         try:
             import wandb

@@ -33,6 +33,16 @@ def test_track_without_wandb_fails_at_once(script, in_tmp, monkeypatch, capsys):
     assert_refused(script.main, ["--track"], "--track: needs wandb: pip install wandb", capsys)
 
 
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
+def test_capture_video_without_an_ffmpeg_program_fails_at_once(script, in_tmp, monkeypatch, capsys):
+    """imageio-ffmpeg installed, but no ffmpeg program where it looks (here IMAGEIO_FFMPEG_EXE names a file
+    that is not there): refused before the run, not after it, when the films are to be made."""
+    pytest.importorskip("imageio_ffmpeg")
+    monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", str(in_tmp / "no_ffmpeg"))
+    argv = ["--save-model", "--capture-video", "--total-timesteps", "64", "--eval-episodes", "1"]  # short, had it run
+    assert_refused(script.main, argv, "--capture-video: imageio-ffmpeg finds no ffmpeg program", capsys)
+
+
 def test_track_without_an_api_key_fails_at_once(tmp_path):
     """No W&B key and no terminal to ask for one: each script stops before its run begins, not after.
     The six run one after the other in one process, each as `python SCRIPT --track` runs it: torch
