@@ -9,7 +9,9 @@ Each --runs entry is a script with its own flags; every entry runs once per seed
 and budget given here. The runs' output goes to OUT/logs/, their run directories to OUT/runs/.
 --jobs N runs N at once, each child with one torch thread (OMP_NUM_THREADS=1); the default, 1,
 runs them one after another with torch's own thread count. A failed run is reported and the sweep
-goes on; a summary ends it, and the exit status is 1 if any run failed.
+goes on; a summary ends it, and the exit status is 1 if any run failed. Ctrl-C or kill (SIGTERM) starts
+no more runs and stops those running as their scripts stop (each saves a checkpoint; its log says how
+to --resume it), then sums up, exit status 130 or 143.
 
 Each run that ends well is written to RESULTS_DIR/<run directory name>.csv (format:
 docs/results/README.md), its command on the first line; RESULTS_DIR is OUT/results unless
@@ -23,6 +25,7 @@ import argparse
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +47,14 @@ def run_dir_in(log_path):
         # the line's end, not the name's, is matched: --exp-name may hold spaces and colons
         found = re.search(r"^(runs/.+): [^\s,]+, [\d,]+ steps on \S+$", log.read(), re.MULTILINE)
     return found and found.group(1)
+
+
+STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+stop_signals = []  # the ones received, when run as a script: the loop below hands them to the runs
+
+
+def on_stop_signal(signum, frame):
+    stop_signals.append(signum)
 
 
 def main(argv=None):
@@ -119,7 +130,14 @@ def main(argv=None):
         else:
             pending.append(job)
 
+    stopping = False
     while pending or running:
+        if stop_signals and not stopping:  # Ctrl-C or kill: no more runs; each one running gets the signal, once
+            stopping = True
+            results += [(job, "not started", 0.0, "-") for job in pending]
+            pending.clear()
+            for job in running:
+                job["proc"].send_signal(stop_signals[0])
         for job in running:
             job["run_dir"] = job["run_dir"] or run_dir_in(job["log"])
         for job in [job for job in running if job["proc"].poll() is not None]:
@@ -138,6 +156,8 @@ def main(argv=None):
                 except FileExistsError:
                     csv += " (exists already, left as is)"
             status = "ok" if code == 0 else f"FAILED (exit {code})"
+            if stop_signals and code == 128 + stop_signals[0]:
+                status = f"stopped (exit {code})"
             print(
                 f"[{job['number']}/{len(jobs)}] {status} after {minutes:.1f} min: {job['command']}\n"
                 f"    log: {job['log']} | results: {csv} | {tail}",
@@ -151,7 +171,10 @@ def main(argv=None):
         ):
             job = pending.pop(0)
             job["file"], job["run_dir"], job["started"] = open(job["log"], "w"), None, time.time()
-            job["proc"] = subprocess.Popen(job["argv"], cwd=args.out, stdout=job["file"], stderr=subprocess.STDOUT, env=env)
+            # A session of its own: Ctrl-C in the terminal reaches the sweep alone, which hands it on once
+            job["proc"] = subprocess.Popen(
+                job["argv"], cwd=args.out, stdout=job["file"], stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
             running.append(job)
             print(f"[{job['number']}/{len(jobs)}] {job['command']}: running (log: {job['log']})", flush=True)
         time.sleep(0.2)
@@ -159,15 +182,23 @@ def main(argv=None):
     print("\n| run | seed | status | minutes | results |\n|---|---|---|---|---|")
     for job, status, minutes, csv in sorted(results, key=lambda result: result[0]["number"]):
         print(f"| {' '.join(job['entry'])} | {job['seed']} | {status} | {minutes:.1f} | {csv} |")
-    failed = sum(status not in ("ok", "skipped") for _, status, _, _ in results)
+    failed = sum(status.startswith("FAILED") for _, status, _, _ in results)
     skipped = sum(status == "skipped" for _, status, _, _ in results)
+    ended_well = sum(status == "ok" for _, status, _, _ in results)
+    stopped = len(results) - ended_well - failed - skipped
     print(
-        f"\n{len(results) - failed - skipped} of {len(results)} runs ended well, {skipped} skipped, {failed} failed. "
+        f"\n{ended_well} of {len(results)} runs ended well, {skipped} skipped, {failed} failed"
+        f"{f', {stopped} stopped or not started' if stopped else ''}. "
         f"Compare them with:\n  python benchmark/compare.py {args.results_dir} "
         f"--plot {os.path.join(args.out, 'curves.png')}"
     )
+    if stop_signals:
+        return 128 + stop_signals[0]  # 130 after Ctrl-C, 143 after kill
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
+    for signum in STOP_SIGNALS:  # as the scripts: nohup's SIGHUP stays ignored
+        if signal.getsignal(signum) is not signal.SIG_IGN or signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, on_stop_signal)
     sys.exit(main())

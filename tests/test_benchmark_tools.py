@@ -3,9 +3,11 @@
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -69,6 +71,27 @@ def test_sweep_runs_two_at_once_goes_on_past_a_failed_run_and_sums_up(sweep):
     assert re.search(r"\[1/6\] ok after \d+\.\d min: python dqn_atari.py .*\n    log: .* \| results: \S+.csv \|", proc.stdout)
     # two at once: the second run started before the first one ended
     assert proc.stdout.index("[2/6] python") < proc.stdout.index("[1/6] ok")
+
+
+def test_ctrl_c_stops_the_sweep_and_its_run_with_a_checkpoint_and_sums_up(tmp_path):
+    """Ctrl-C reaches the sweep alone (each run has a session of its own): it starts no more runs, hands
+    the signal on once to the one running, which saves a checkpoint, and sums up; exit status 130."""
+    command = [sys.executable, os.path.join(ROOT, "benchmark", "sweep.py"), "--out", str(tmp_path), "--seeds", "1", "2"]
+    command += ["--total-timesteps", "1000000", "--runs", f"dqn_atari.py {SMALL}"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline = tmp_path / "logs" / "01_dqn_atari_seed1.log", time.time() + 120
+    while not (log.exists() and sweep_tool.run_dir_in(log)) and time.time() < deadline:  # the run's loop has begun
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert re.search(
+        r"\[1/2\] stopped \(exit 130\) after .*\n.* checkpoint saved; to go on: python dqn_atari.py --resume ", out
+    )
+    assert re.search(r"^\| dqn_atari.py .* \| 2 \| not started \| 0.0 \| - \|$", out, re.M), out
+    assert "0 of 2 runs ended well, 0 skipped, 0 failed, 2 stopped or not started." in out
+    (run_dir,) = os.listdir(tmp_path / "runs")
+    assert "checkpoint.pt" in os.listdir(tmp_path / "runs" / run_dir)
 
 
 def test_sweep_gives_each_child_one_thread_when_running_several(monkeypatch, tmp_path, capsys):
