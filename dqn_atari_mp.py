@@ -488,7 +488,8 @@ seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]
 
 def experiment_name(text):
     """An argparse type: --exp-name names the run's directory and the model file in it, NAME.pt."""
-    if not 0 < len(text.encode()) <= 100 or "/" in text or "\\" in text or text in (".", "..", CHECKPOINT[: -len(".pt")]):
+    # CHECKPOINT.pt is checkpoint.pt where the file system ignores case (macOS, Windows)
+    if not 0 < len(text.encode()) <= 100 or "/" in text or "\\" in text or text.lower() in (".", "..", CHECKPOINT[:-3]):
         raise argparse.ArgumentTypeError(f"must be a name of 1 to 100 bytes, no / or \\, not checkpoint; got '{text}'")
     return text
 

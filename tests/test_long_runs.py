@@ -316,6 +316,7 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
         (["--seed", "-1"], "argument --seed: must be in [0, 2**30], got -1"),
         (["--seed", str(2**31)], f"argument --seed: must be in [0, 2**30], got {2**31}"),
         (["--exp-name", "checkpoint"], f"argument --exp-name: {name_rule} 'checkpoint'"),
+        (["--exp-name", "CheckPoint"], f"argument --exp-name: {name_rule} 'CheckPoint'"),  # one file where case is ignored
         (["--exp-name", "../mine"], f"argument --exp-name: {name_rule} '../mine'"),
         (["--exp-name", "x" * 101], f"argument --exp-name: {name_rule} '{'x' * 101}'"),
         (["--exp-name", "学" * 90], f"argument --exp-name: {name_rule} '{'学' * 90}'"),  # 270 bytes: too long a file name
