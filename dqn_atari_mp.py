@@ -489,7 +489,8 @@ seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]
 def experiment_name(text):
     """An argparse type: --exp-name names the run's directory and the model file in it, NAME.pt."""
     # CHECKPOINT.pt is checkpoint.pt where the file system ignores case (macOS, Windows)
-    if not 0 < len(text.encode()) <= 100 or "/" in text or "\\" in text or text.lower() in (".", "..", CHECKPOINT[:-3]):
+    taken = text.lower() in (".", "..", CHECKPOINT[: -len(".pt")])
+    if not 0 < len(text.encode()) <= 100 or "/" in text or "\\" in text or taken:
         raise argparse.ArgumentTypeError(f"must be a name of 1 to 100 bytes, no / or \\, not checkpoint; got '{text}'")
     return text
 
@@ -957,6 +958,7 @@ class Checkpoints:
             torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
         random.setstate(checkpoint["python_random"])
         step, saved_args = checkpoint["global_step"], checkpoint["args"]
+        # (a checkpoint of an earlier version of this script names no file: NAME.pt)
         self.model_path = os.path.join(self.run_dir, checkpoint.get("model_file", os.path.basename(self.model_path)))
         ends = 1
         while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
