@@ -117,7 +117,7 @@ def parse_args(argv=None):
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. pong (NoFrameskip-v4's setup)")
     p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
-    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="Adam's learning rate")
+    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="the optimizer's learning rate")
     p.add_argument("--envs-count", type=positive_int, default=16, help="environments stepped together")
     p.add_argument("--rollout-length", type=positive_int, default=10, help="steps whose losses make one gradient step")
     p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
@@ -243,8 +243,7 @@ class Agent(nn.Module):
             layer_init(nn.Linear(3136, 512)),
             nn.ReLU(),
         )
-        # A small actor head starts the policy near uniform, so every action gets tried.
-        self.actor = layer_init(nn.Linear(512, actions_count), std=0.01)
+        self.actor = layer_init(nn.Linear(512, actions_count), std=0.01)  # small: the policy starts near uniform
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
 
     def forward(self, frames):
@@ -272,9 +271,9 @@ def main(argv=None):
 
     games = AtariGames(args.env_id, args.envs_count, args.seed)
     actions_count = games.action_space.n
-    # channels_last: the memory layout oneDNN's CPU convolutions run fastest on; fused: Adam in one pass
+    # channels_last: the memory layout oneDNN's CPU convolutions run fastest on
     agent = Agent(actions_count).to(device, memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # fused: in one pass
     actor_losses, critic_losses, entropies = [], [], []  # the batches: one tensor per step
     progress = Progress(writer, args.total_timesteps)
     checkpoints = Checkpoints(args, run_dir, actions_count, progress, agent, optimizer)
@@ -914,11 +913,11 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     returns = []
     while len(returns) < episodes:
         actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
-        if games.agent_acts[0] and rng.random() < epsilon:
-            actions = rng.integers(0, games.action_space.n, size=1)
-        elif games.agent_acts[0]:
+        if games.agent_acts[0]:
             with torch.no_grad():
                 actions = Categorical(logits=agent(torch.from_numpy(games.obs).to(device))[0]).sample().cpu().numpy()
+            if rng.random() < epsilon:
+                actions = rng.integers(0, games.action_space.n, size=1)
         games.send(actions)
         _, _, finished = games.recv()
         returns += [score for score, _ in finished]

@@ -1,23 +1,22 @@
 """PPO on Atari: several epochs of clipped policy updates over each rollout.
 
-What it shows: proximal policy optimization as CleanRL's ppo_atari runs it. The loop is the one of
-a2c_batched.py, but where A2C keeps each step's losses, PPO keeps each step's transition (the
-observation, the action, its log-probability and V(s) at the time), because it will evaluate them
-again with a changing policy. When the rollout holds `--rollout-length` steps, generalized advantage
-estimation (GAE, `--gae-lambda`) turns it into advantages and returns, and `--update-epochs` passes
-over it in `--num-minibatches` shuffled minibatches make the gradient steps. Reusing data this way
-is safe because the objective is clipped: once the probability ratio pi_new(a|s) / pi_old(a|s)
-leaves [1 - clip, 1 + clip] (`--clip-coef`), moving further gains nothing, so the policy stays close
-to the one that collected the data; the critic's loss is clipped likewise (`--clip-vloss`).
+What it shows: proximal policy optimization as CleanRL's ppo_atari runs it. Where a2c_batched.py keeps
+each step's losses, PPO keeps its transition (observation, action, log pi(a|s), V(s)) to evaluate it
+again with a changing policy, safely: once the ratio pi_new(a|s) / pi_old(a|s) leaves [1 - clip, 1 + clip]
+(`--clip-coef`), the clipped objective gains nothing more, so the policy stays near the one that acted.
 
-Actor and critic share one Nature CNN with two heads, as in a2c_batched.py and CleanRL, trained
-by Adam with a learning rate annealed linearly to 0 (`--anneal-lr`). The defaults are CleanRL's;
-its published results after 10M steps: Breakout 415 +- 28, Pong 20.4, BeamRider 1916.
+When the rollout holds `--rollout-length` steps of every environment, one pass backwards over it
+turns it into advantages and returns by generalized advantage estimation (GAE, `--gae-lambda`),
+then `--update-epochs` passes over it in `--num-minibatches` shuffled minibatches make the gradient
+steps, with a learning rate annealed linearly to 0 (`--anneal-lr`), and the rollout is dropped.
+Actor and critic share one Nature CNN with two heads, as in a2c_batched.py, trained by Adam.
+The defaults are CleanRL's; its published results after 10M steps: Breakout 415 +- 28, Pong 20.4, BeamRider 1916.
 
 The games are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv, in the
 standard DeepMind setup that `AtariGames` keeps: learning sees rewards clipped to their sign and a
 lost life as an episode's end, while `charts/episodic_return` is the whole game's real score. The
-steps it plays for the agent (a reset, a launch, FIRE after a lost life) stop GAE and add no loss.
+steps it plays for the agent (a reset, a launch, FIRE after a lost life) stop that backward pass
+and add no loss.
 
 Diff it against: a2c_batched.py (one gradient step per rollout on the one-step TD advantage).
 
@@ -110,12 +109,11 @@ def parse_args(argv=None):
         help="no training: play --eval-episodes games with a model this script saved, log their scores",
     )
     p.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    # 0: the policy samples its own actions, as CleanRL's PPO evaluation plays (its DQN's: at its --end-e)
     p.add_argument("--eval-epsilon", type=probability, default=0.0, help="chance of a random action in the evaluation games")
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. pong (NoFrameskip-v4's setup)")
     p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
-    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="Adam's learning rate")
+    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="the optimizer's learning rate")
     p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="anneal the learning rate to 0")
     p.add_argument("--envs-count", type=positive_int, default=8, help="environments stepped together")
     p.add_argument("--rollout-length", type=positive_int, default=128, help="steps whose transitions make one update")
@@ -249,8 +247,7 @@ class Agent(nn.Module):
             layer_init(nn.Linear(3136, 512)),
             nn.ReLU(),
         )
-        # A small actor head starts the policy near uniform, so every action gets tried.
-        self.actor = layer_init(nn.Linear(512, actions_count), std=0.01)
+        self.actor = layer_init(nn.Linear(512, actions_count), std=0.01)  # small: the policy starts near uniform
         self.critic = layer_init(nn.Linear(512, 1), std=1.0)
 
     def forward(self, frames):
@@ -266,15 +263,14 @@ def td_target(rewards, dones, next_values, gamma):
 def gae(rewards, values, dones, agent_acted, next_values, gamma, gae_lambda):
     """Generalized advantage estimates of a rollout: A_t = delta_t + gamma * lambda * A_{t+1}.
 
-    delta_t, step t's TD error, is the advantage of a2c_batched.py: cheap in variance, but only as
-    right as the critic; summing the later ones with weights (gamma * lambda)^k trades some of
-    that bias for variance.
+    delta_t, step t's TD error, is a2c_batched.py's advantage: low in variance, but only as right as the critic;
+    summing the later ones with weights (gamma * lambda)^k trades some of that bias for variance.
 
     rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended the
-    episode for learning: no bootstrap and no advantage flow back across it. agent_acted[t] is False
-    for a step played for the agent: its advantage is 0 and nothing flows through it (after a
-    time-limit truncation, the step before keeps its bootstrap from V of the game's last observation).
-    next_values is V of the observation after the last step."""
+    episode for learning: nothing after it flows back into it, nor does a bootstrap. agent_acted[t] is
+    False for a step played for the agent: it gets 0 (it is never learnt from), and the step before
+    bootstraps from V of the observation it led to alone (after a time-limit truncation, the game's
+    last observation). next_values is V of the observation after the last step."""
     advantages = torch.zeros_like(rewards)
     following = torch.zeros_like(next_values)  # A_{t+1}
     for t in reversed(range(len(rewards))):
@@ -286,9 +282,8 @@ def gae(rewards, values, dones, agent_acted, next_values, gamma, gae_lambda):
 
 
 def clipped_surrogate_loss(advantages, ratio, clip_coef):
-    """PPO's actor loss: the mean of the larger of the plain and the clipped loss. Moving the ratio
-    pi_new(a|s) / pi_old(a|s) past [1 - clip, 1 + clip] earns nothing more, but a move that made
-    things worse is paid in full."""
+    """PPO's actor loss, the mean of the larger of the plain and the clipped loss: moving the ratio pi_new / pi_old
+    past [1 - clip, 1 + clip] earns nothing more, but a move that made things worse is paid in full."""
     clipped_ratio = ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef)
     return torch.max(-advantages * ratio, -advantages * clipped_ratio).mean()
 
@@ -308,14 +303,15 @@ def main(argv=None):
 
     games = AtariGames(args.env_id, args.envs_count, args.seed)
     actions_count = games.action_space.n
-    # channels_last: the memory layout oneDNN's CPU convolutions run fastest on; fused: Adam in one pass
+    # channels_last: the memory layout oneDNN's CPU convolutions run fastest on
     agent = Agent(actions_count).to(device, memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # fused: in one pass
     # The rollout: one row per step, kept whole because the update goes over it several times.
     rollout_shape = (args.rollout_length, games.envs.num_envs)
     rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
     rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
-    rollout_logprobs, rollout_values, rollout_rewards, rollout_dones = torch.zeros((4, *rollout_shape), device=device)
+    rollout_values, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
+    rollout_logprobs = torch.zeros(rollout_shape, device=device)
     rollout_agent_acted = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
     progress = Progress(writer, args.total_timesteps)
     checkpoints = Checkpoints(args, run_dir, actions_count, progress, agent, optimizer)
@@ -323,7 +319,7 @@ def main(argv=None):
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
-        # ALGO LOGIC: phase 1, the rollout: rollout_length steps of every environment, kept with log pi(a|s) and V(s)
+        # ALGO LOGIC: phase 1, the rollout: rollout_length steps of every environment, kept for the update
         done_fraction = global_step / args.total_timesteps  # of the run, before this rollout: the learning rate's anneal
         for step in range(args.rollout_length):
             obs = torch.from_numpy(games.obs).to(device)
@@ -361,8 +357,8 @@ def main(argv=None):
         )
         returns = advantages + rollout_values
         # (steps, envs) flattened into one batch, from which only the agent's steps are drawn
-        b_obs, b_actions, b_logprobs = rollout_obs.flatten(0, 1), rollout_actions.flatten(), rollout_logprobs.flatten()
-        b_values, b_advantages, b_returns = rollout_values.flatten(), advantages.flatten(), returns.flatten()
+        b_obs, b_actions, b_returns = rollout_obs.flatten(0, 1), rollout_actions.flatten(), returns.flatten()
+        b_logprobs, b_values, b_advantages = rollout_logprobs.flatten(), rollout_values.flatten(), advantages.flatten()
         agent_steps = torch.nonzero(rollout_agent_acted.flatten()).squeeze(1)
         clipfracs = []
         for epoch in range(args.update_epochs):
@@ -372,10 +368,8 @@ def main(argv=None):
                 new_dist = Categorical(logits=new_logits)
                 log_ratio = new_dist.log_prob(b_actions[mb]) - b_logprobs[mb]
                 ratio = log_ratio.exp()
-                with torch.no_grad():
-                    # Two estimates of KL(pi_old || pi_new); the second is never negative and less noisy.
-                    old_approx_kl = (-log_ratio).mean()
-                    approx_kl = ((ratio - 1.0) - log_ratio).mean()
+                with torch.no_grad():  # two estimates of KL(pi_old || pi_new); the second is never negative, less noisy
+                    old_approx_kl, approx_kl = (-log_ratio).mean(), ((ratio - 1.0) - log_ratio).mean()
                     clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
                 mb_advantages = b_advantages[mb]
                 if args.norm_adv:  # by the minibatch's population std (CleanRL: the sample std, n - 1; 0.2% apart)
@@ -1000,11 +994,11 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
     returns = []
     while len(returns) < episodes:
         actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
-        if games.agent_acts[0] and rng.random() < epsilon:
-            actions = rng.integers(0, games.action_space.n, size=1)
-        elif games.agent_acts[0]:
+        if games.agent_acts[0]:
             with torch.no_grad():
                 actions = Categorical(logits=agent(torch.from_numpy(games.obs).to(device))[0]).sample().cpu().numpy()
+            if rng.random() < epsilon:
+                actions = rng.integers(0, games.action_space.n, size=1)
         games.send(actions)
         _, _, finished = games.recv()
         returns += [score for score, _ in finished]

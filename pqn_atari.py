@@ -1,23 +1,22 @@
 """PQN on Atari: Q-learning from many environments' rollouts, with no replay memory and no target network.
 
-Why it exists: the seed notes ask whether parallel environments help DQN, and in this project's
-runs they barely do: DQN's learner is the bottleneck, so more environments cost updates per step
-or buy little time. PQN (Gallici et al., "Simplifying Deep Temporal Difference Learning", 2025)
-makes Q-learning use them as PPO does: when the rollout holds `--rollout-length` steps, Q(lambda)
-(`--q-lambda`) turns it into targets that mix each step's one-step target r + gamma * max_a Q(s', a)
-with the return that follows, and `--update-epochs` passes over it in `--num-minibatches` shuffled
-minibatches make the gradient steps; then the rollout is dropped. LayerNorm after each hidden
-layer keeps targets that chase the network's own estimates stable, so no target network is
-needed, and the many environments give each update fresh, varied data, the replay's old job.
+Why it exists: the seed notes ask whether parallel environments help DQN; here they barely do, DQN's
+learner being the bottleneck. PQN (Gallici et al., "Simplifying Deep Temporal Difference Learning", 2025)
+makes Q-learning use them as PPO does: many environments give each update fresh, varied data (the
+replay's job), and LayerNorm keeps targets chasing the network's own estimates stable (the target network's).
 
-Acting is epsilon-greedy (1 to 0.01 over the first 10% of the run); RAdam with a learning rate
-annealed linearly to 0 (`--anneal-lr`). The defaults are CleanRL's pqn_atari_envpool; its published
-Breakout after 10M steps: 384.9 +- 12.4 (its dqn_atari: 366.9).
+When the rollout holds `--rollout-length` steps of every environment, one pass backwards over it
+turns it into Q(lambda) targets (`--q-lambda`), r + gamma * max_a Q(s', a) mixed with the returns that followed,
+then `--update-epochs` passes over it in `--num-minibatches` shuffled minibatches make the gradient
+steps, with a learning rate annealed linearly to 0 (`--anneal-lr`), and the rollout is dropped.
+Acting is epsilon-greedy (1 to 0.01 over the first 10% of the run); the optimizer is RAdam.
+The defaults are CleanRL's pqn_atari_envpool; its published Breakout after 10M steps: 384.9 +- 12.4 (its dqn_atari: 366.9).
 
 The games are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv, in the
 standard DeepMind setup that `AtariGames` keeps: learning sees rewards clipped to their sign and a
 lost life as an episode's end, while `charts/episodic_return` is the whole game's real score. The
-steps it plays for the agent (a reset, a launch, FIRE after a lost life) stop Q(lambda), add no loss.
+steps it plays for the agent (a reset, a launch, FIRE after a lost life) stop that backward pass
+and add no loss.
 
 Diff it against: ppo_atari.py (Q(lambda) in place of GAE, the TD loss in place of the clipped objective).
 
@@ -40,7 +39,6 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from ale_py import Action, roms
 from ale_py.vector_env import AtariVectorEnv
 from gymnasium.spaces import Discrete
@@ -114,7 +112,7 @@ def parse_args(argv=None):
     # Algorithm
     p.add_argument("--env-id", default="BreakoutNoFrameskip-v4", help="any ALE game, e.g. pong (NoFrameskip-v4's setup)")
     p.add_argument("--total-timesteps", type=positive_int, default=10_000_000, help="steps summed over all environments")
-    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="RAdam's learning rate")
+    p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="the optimizer's learning rate")
     p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="anneal the learning rate to 0")
     p.add_argument("--envs-count", type=positive_int, default=8, help="environments stepped together")
     p.add_argument("--rollout-length", type=positive_int, default=128, help="steps whose transitions make one update")
@@ -232,10 +230,7 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class QNetwork(nn.Module):
-    """The Nature CNN with LayerNorm after each hidden layer: Q(s, a) for every action a.
-
-    Without a target network, each update moves the very estimates its targets bootstrap from;
-    normalizing every hidden layer's activations keeps that feedback from blowing up."""
+    """The Nature CNN with LayerNorm after each hidden layer (what keeps its own targets stable): Q(s, a) of each action."""
 
     def __init__(self, actions_count):
         super().__init__()
@@ -260,6 +255,33 @@ class QNetwork(nn.Module):
         return self.network(frames / 255.0)  # uint8 in, float32 out: one conversion, no extra copy
 
 
+def td_target(rewards, dones, next_values, gamma):
+    """One-step TD target; no bootstrap past a terminal (a lost life or the game's end)."""
+    return rewards + gamma * next_values * (1.0 - dones)
+
+
+def q_lambda_returns(rewards, values, dones, agent_acted, next_values, gamma, q_lambda):
+    """Q(lambda) targets of a rollout: G_t = r_t + gamma * ((1 - lambda) * V(s_t+1) + lambda * G_t+1).
+
+    V(s) here is max_a Q(s, a), the greedy policy's value. With lambda = 0 the target is DQN's one-step TD target;
+    towards 1 it leans less on the network, more on the rewards that followed. Peng's Q(lambda), as PQN's: it runs on
+    through exploratory actions too.
+
+    rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended the
+    episode for learning: nothing after it flows back into it, nor does a bootstrap. agent_acted[t] is
+    False for a step played for the agent: it gets 0 (it is never learnt from), and the step before
+    bootstraps from V of the observation it led to alone (after a time-limit truncation, the game's
+    last observation). next_values is V of the observation after the last step."""
+    returns = torch.zeros_like(rewards)
+    following = next_values  # G_t+1; past the rollout's end, the network's estimate
+    for t in reversed(range(len(rewards))):
+        next_step_values = next_values if t == len(rewards) - 1 else values[t + 1]
+        mixed = (1.0 - q_lambda) * next_step_values + q_lambda * following
+        returns[t] = td_target(rewards[t], dones[t], mixed, gamma) * agent_acted[t]
+        following = torch.where(agent_acted[t], returns[t], values[t])
+    return returns
+
+
 def linear_schedule(start_e, end_e, duration, t):
     """Epsilon falls linearly from start_e to end_e over `duration` steps, then stays there."""
     slope = (end_e - start_e) / max(duration, 1)
@@ -269,34 +291,8 @@ def linear_schedule(start_e, end_e, duration, t):
 def epsilon_greedy(q_values, epsilon, rng):
     """For each row of q_values (one an environment), a random action with probability epsilon, else the greedy one."""
     explore = rng.random(len(q_values)) < epsilon
-    return np.where(explore, rng.integers(0, q_values.shape[1], size=len(q_values)), q_values.argmax(1))
-
-
-def td_target(rewards, dones, next_values, gamma):
-    """One-step TD target; no bootstrap past a terminal (a lost life or the game's end)."""
-    return rewards + gamma * next_values * (1.0 - dones)
-
-
-def q_lambda_returns(rewards, values, dones, agent_acted, next_values, gamma, q_lambda):
-    """Q(lambda) targets of a rollout: G_t = r_t + gamma * ((1 - lambda) * V(s_t+1) + lambda * G_t+1).
-
-    V(s) here is max_a Q(s, a), the greedy policy's value. With lambda = 0 the target is DQN's
-    one-step TD target; towards 1 it leans less on the network and more on the rewards that
-    followed. This is Peng's Q(lambda), as PQN's: the returns run on through exploratory actions too.
-
-    rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended the
-    episode for learning: its target is its reward alone. agent_acted[t] is False for a step played
-    for the agent: its target is 0 (never learnt from), and the step before bootstraps wholly from
-    V of the observation it led to (after a time-limit truncation, the game's last observation).
-    next_values is V of the observation after the last step."""
-    returns = torch.zeros_like(rewards)
-    following = next_values  # G_t+1; past the rollout's end, the network's estimate
-    for t in reversed(range(len(rewards))):
-        next_step_values = next_values if t == len(rewards) - 1 else values[t + 1]
-        mixed = (1.0 - q_lambda) * next_step_values + q_lambda * following
-        returns[t] = td_target(rewards[t], dones[t], mixed, gamma) * agent_acted[t]
-        following = torch.where(agent_acted[t], returns[t], values[t])
-    return returns
+    random_actions = rng.integers(0, q_values.shape[1], size=len(q_values))
+    return torch.from_numpy(np.where(explore, random_actions, q_values.argmax(1).cpu().numpy()))
 
 
 # ---------------------------------------------------------------- main
@@ -316,8 +312,8 @@ def main(argv=None):
     games = AtariGames(args.env_id, args.envs_count, args.seed)
     actions_count = games.action_space.n
     # channels_last: the memory layout oneDNN's CPU convolutions run fastest on
-    q_network = QNetwork(actions_count).to(device, memory_format=torch.channels_last)
-    optimizer = torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)
+    agent = QNetwork(actions_count).to(device, memory_format=torch.channels_last)
+    optimizer = torch.optim.RAdam(agent.parameters(), lr=args.learning_rate)
     # The rollout: one row per step, kept whole because the update goes over it several times.
     rollout_shape = (args.rollout_length, games.envs.num_envs)
     rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
@@ -325,24 +321,24 @@ def main(argv=None):
     rollout_values, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
     rollout_agent_acted = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
     progress = Progress(writer, args.total_timesteps)
-    checkpoints = Checkpoints(args, run_dir, actions_count, progress, q_network, optimizer, rng=rng)
+    checkpoints = Checkpoints(args, run_dir, actions_count, progress, agent, optimizer, rng=rng)
     global_step, updates = checkpoints.restore(checkpoint)  # 0, 0; or --resume's, with all above as saved but the games
     print(f"{run_dir}: {args.env_id}, {args.total_timesteps:,} steps on {device}", flush=True)
 
     while global_step < args.total_timesteps and not stop_signals:  # Ctrl-C or kill: stop here
-        # ALGO LOGIC: phase 1, the rollout: rollout_length epsilon-greedy steps of every environment, kept with max_a Q(s, a)
+        # ALGO LOGIC: phase 1, the rollout: rollout_length steps of every environment, kept for the update
         done_fraction = global_step / args.total_timesteps  # of the run, before this rollout: the learning rate's anneal
         for step in range(args.rollout_length):
             obs = torch.from_numpy(games.obs).to(device)
             epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
             with torch.no_grad():
-                q_values = q_network(obs)
-            actions = epsilon_greedy(q_values.cpu().numpy(), epsilon, rng)
-            agent_acted = games.send(actions)  # False where the step is played for the agent: no transition
+                q_values = agent(obs)
+            actions = epsilon_greedy(q_values, epsilon, rng)
+            agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
             global_step += np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL counts them
             rewards, dones, finished = games.recv()
             rollout_obs[step] = obs
-            rollout_actions[step] = torch.from_numpy(actions)
+            rollout_actions[step] = actions
             rollout_values[step] = q_values.max(1).values
             rollout_rewards[step] = torch.from_numpy(rewards)
             rollout_dones[step] = torch.from_numpy(dones)
@@ -363,7 +359,7 @@ def main(argv=None):
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - done_fraction)
         with torch.no_grad():
-            next_values = q_network(torch.from_numpy(games.obs).to(device)).max(1).values
+            next_values = agent(torch.from_numpy(games.obs).to(device)).max(1).values
         returns = q_lambda_returns(
             rollout_rewards, rollout_values, rollout_dones, rollout_agent_acted, next_values, args.gamma, args.q_lambda
         )
@@ -373,11 +369,11 @@ def main(argv=None):
         for epoch in range(args.update_epochs):
             for mb in torch.tensor_split(agent_steps[torch.randperm(len(agent_steps))], args.num_minibatches):
                 # index_select copies whole observations, several times faster than b_obs[mb]
-                q_taken = q_network(b_obs.index_select(0, mb)).gather(1, b_actions[mb, None]).squeeze(1)
-                loss = F.mse_loss(q_taken, b_returns[mb])
+                q_taken = agent(b_obs.index_select(0, mb)).gather(1, b_actions[mb, None]).squeeze(1)
+                loss = nn.functional.mse_loss(q_taken, b_returns[mb])
                 optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
                 updates += 1
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
@@ -386,7 +382,7 @@ def main(argv=None):
 
         checkpoints.save_every(global_step, updates)  # PLUMBING: once a rollout, after its update
     games.envs.close()
-    return end_run(q_network, args, run_dir, writer, device, checkpoints, global_step, updates)
+    return end_run(agent, args, run_dir, writer, device, checkpoints, global_step, updates)
 
 
 # ================================================================ PLUMBING
@@ -970,15 +966,15 @@ def evaluate_and_log(network, args, run_dir, writer, device):
     )
 
 
-def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None):
-    """Play whole games with a small epsilon, set up as in training; return their real scores."""
+def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
+    """Play whole games with the policy (a random action with probability epsilon); return their real scores."""
     games, rng = evaluation_games(env_id, seed, video_dir), np.random.default_rng(seed)
     returns = []
     while len(returns) < episodes:
         actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
         if games.agent_acts[0]:
             with torch.no_grad():
-                actions = epsilon_greedy(q_network(torch.from_numpy(games.obs).to(device)).cpu().numpy(), epsilon, rng)
+                actions = epsilon_greedy(agent(torch.from_numpy(games.obs).to(device)), epsilon, rng).numpy()
         games.send(actions)
         _, _, finished = games.recv()
         returns += [score for score, _ in finished]

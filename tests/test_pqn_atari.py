@@ -96,11 +96,12 @@ def test_q_lambda_limits_are_the_td_target_and_the_monte_carlo_return():
 
 def test_epsilon_greedy_explores_at_the_rate_asked():
     rng = np.random.default_rng(0)
-    q_values = np.tile(np.array([0.0, 0.0, 1.0, 0.0]), (10_000, 1))  # action 2 is greedy
+    q_values = torch.tensor([0.0, 0.0, 1.0, 0.0]).repeat(10_000, 1)  # action 2 is greedy
     assert (pqn_atari.epsilon_greedy(q_values, 0.0, rng) == 2).all()
     actions = pqn_atari.epsilon_greedy(q_values, 0.4, rng)
+    assert actions.dtype == torch.int64 and actions.shape == (10_000,)  # as the rollout stores them
     # 60% greedy, and a random quarter of the other 40%: 70% action 2, 10% each other action
-    assert abs(np.mean(actions == 2) - 0.7) < 0.02 and abs(np.mean(actions == 0) - 0.1) < 0.02
+    assert abs((actions == 2).float().mean() - 0.7) < 0.02 and abs((actions == 0).float().mean() - 0.1) < 0.02
 
 
 def test_rollout_marks_the_steps_that_only_reset_a_game(in_tmp, monkeypatch):
@@ -175,7 +176,7 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
         greedy_values = [by_hand(batch).max(1).values for batch in frames[:9]]
     torch.testing.assert_close(values, torch.stack(greedy_values[:8]))
     torch.testing.assert_close(next_values, greedy_values[8])
-    obs, taken = torch.stack(frames[:8])[agent_acted], torch.from_numpy(np.stack(actions[:8]))[agent_acted]
+    obs, taken = torch.stack(frames[:8])[agent_acted], torch.stack(actions[:8])[agent_acted]
     q_taken = by_hand(obs).gather(1, taken[:, None]).squeeze(1)
     loss = ((q_taken - returns[agent_acted]) ** 2).mean()
     assert scalars["losses/td_loss"][1][0] == pytest.approx(loss.item(), rel=1e-4)
