@@ -10,15 +10,17 @@ and budget given here. The runs' output goes to OUT/logs/, their run directories
 --jobs N runs N at once, each child with one torch thread (OMP_NUM_THREADS=1); the default, 1,
 runs them one after another with torch's own thread count. A failed run is reported and the sweep
 goes on; a summary ends it, and the exit status is 1 if any run failed. Ctrl-C or kill (SIGTERM) starts
-no more runs and stops those running as their scripts stop (each saves a checkpoint; its log says how
-to --resume it), then sums up, exit status 130 or 143.
+no more runs and stops those running as their scripts stop (each saves a checkpoint), then sums up,
+exit status 130 or 143.
 
 Each run that ends well is written to RESULTS_DIR/<run directory name>.csv (format:
 docs/results/README.md), its command on the first line; RESULTS_DIR is OUT/results unless
 --results-dir names another (this project's published runs: --results-dir docs/results). A run
 whose command is already the first line of a CSV there is skipped, so a sweep can be spread over
-several sittings: run the same command again and only the missing runs run. A CSV is never
-overwritten.
+several sittings: run the same command again and only the missing runs run. A run that an earlier
+sitting started and that did not end well (stopped, killed, crashed) goes on from the last checkpoint
+in its run directory, as its script's --resume does, writing on to the same log; one with no
+checkpoint starts anew. Each log's first line is its command. No CSV or log is overwritten.
 """
 
 import argparse
@@ -39,6 +41,25 @@ def jobs_count(text):
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of runs at once, 1 or more, got {text!r}")
     return int(text)
+
+
+def earlier_logs(logs_dir):
+    """The logs of earlier sittings, by the command on their first line ("# python SCRIPT FLAGS"); the newest wins."""
+    found = {}
+    for name in sorted(os.listdir(logs_dir), key=lambda name: os.path.getmtime(os.path.join(logs_dir, name))):
+        with open(os.path.join(logs_dir, name), errors="replace") as log:
+            found[log.readline().removeprefix("# ").rstrip("\n")] = os.path.join(logs_dir, name)
+    return found
+
+
+def free_path(path):
+    """PATH, or PATH with _2, _3... before its extension where that is taken: nothing is written over."""
+    stem, extension = os.path.splitext(path)
+    number = 1
+    while os.path.exists(path):
+        number += 1
+        path = f"{stem}_{number}{extension}"
+    return path
 
 
 def run_dir_in(log_path):
@@ -105,6 +126,8 @@ def main(argv=None):
             with open(os.path.join(args.results_dir, name)) as f:
                 done.setdefault(f.readline().removeprefix("# command: ").strip(), os.path.join(args.results_dir, name))
 
+    logs = earlier_logs(os.path.join(args.out, "logs"))
+
     # One torch thread per child when several share the cores: more would only wait for each other
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1") if args.jobs > 1 else None
     jobs, pending, running, results = [], [], [], []
@@ -127,8 +150,15 @@ def main(argv=None):
         if job["command"] in done:
             print(f"[{job['number']}/{len(jobs)}] {job['command']}: skipped, already in {done[job['command']]}", flush=True)
             results.append((job, "skipped", 0.0, done[job["command"]]))
+            continue
+        # Started by an earlier sitting and not ended well: it goes on from its checkpoint, if it left one
+        earlier_run_dir = job["command"] in logs and run_dir_in(logs[job["command"]])
+        if earlier_run_dir and os.path.isfile(os.path.join(args.out, earlier_run_dir, "checkpoint.pt")):
+            job["log"], job["resumes"] = logs[job["command"]], earlier_run_dir
+            job["argv"] = [sys.executable, os.path.join(ROOT, job["entry"][0]), "--resume", earlier_run_dir]
         else:
-            pending.append(job)
+            job["log"], job["resumes"] = free_path(job["log"]), None
+        pending.append(job)
 
     stopping = False
     while pending or running:
@@ -170,13 +200,17 @@ def main(argv=None):
             pending and len(running) < args.jobs and all(job["run_dir"] or job["proc"].poll() is not None for job in running)
         ):
             job = pending.pop(0)
-            job["file"], job["run_dir"], job["started"] = open(job["log"], "w"), None, time.time()
+            job["file"], job["run_dir"], job["started"] = open(job["log"], "a"), None, time.time()
+            if not job["resumes"]:
+                job["file"].write(f"# {job['command']}\n")
+                job["file"].flush()  # before the child's output, which goes to the same file
             # A session of its own: Ctrl-C in the terminal reaches the sweep alone, which hands it on once
             job["proc"] = subprocess.Popen(
                 job["argv"], cwd=args.out, stdout=job["file"], stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
             running.append(job)
-            print(f"[{job['number']}/{len(jobs)}] {job['command']}: running (log: {job['log']})", flush=True)
+            going_on = f", going on from {job['resumes']}'s checkpoint" if job["resumes"] else ""
+            print(f"[{job['number']}/{len(jobs)}] {job['command']}: running{going_on} (log: {job['log']})", flush=True)
         time.sleep(0.2)
 
     print("\n| run | seed | status | minutes | results |\n|---|---|---|---|---|")

@@ -73,18 +73,25 @@ def test_sweep_runs_two_at_once_goes_on_past_a_failed_run_and_sums_up(sweep):
     assert proc.stdout.index("[2/6] python") < proc.stdout.index("[1/6] ok")
 
 
-def test_ctrl_c_stops_the_sweep_and_its_run_with_a_checkpoint_and_sums_up(tmp_path):
+def test_ctrl_c_stops_the_sweep_and_its_run_with_a_checkpoint_and_sums_up_then_it_goes_on(tmp_path):
     """Ctrl-C reaches the sweep alone (each run has a session of its own): it starts no more runs, hands
-    the signal on once to the one running, which saves a checkpoint, and sums up; exit status 130."""
+    the signal on once to the one running, which saves a checkpoint, and sums up; exit status 130.
+    The same sweep run again goes on with that run from its checkpoint, in its directory and log."""
     command = [sys.executable, os.path.join(ROOT, "benchmark", "sweep.py"), "--out", str(tmp_path), "--seeds", "1", "2"]
     command += ["--total-timesteps", "1000000", "--runs", f"dqn_atari.py {SMALL}"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log, deadline = tmp_path / "logs" / "01_dqn_atari_seed1.log", time.time() + 120
-    while not (log.exists() and sweep_tool.run_dir_in(log)) and time.time() < deadline:  # the run's loop has begun
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    log = tmp_path / "logs" / "01_dqn_atari_seed1.log"
+
+    def sitting(has_begun):  # the sweep, stopped by Ctrl-C once its run's loop has begun
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while not (log.exists() and has_begun(log.read_text())) and time.time() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "Traceback" not in err, err
+        return out
+
+    out = sitting(lambda text: sweep_tool.run_dir_in(log))
     assert re.search(
         r"\[1/2\] stopped \(exit 130\) after .*\n.* checkpoint saved; to go on: python dqn_atari.py --resume ", out
     )
@@ -92,6 +99,14 @@ def test_ctrl_c_stops_the_sweep_and_its_run_with_a_checkpoint_and_sums_up(tmp_pa
     assert "0 of 2 runs ended well, 0 skipped, 0 failed, 2 stopped or not started." in out
     (run_dir,) = os.listdir(tmp_path / "runs")
     assert "checkpoint.pt" in os.listdir(tmp_path / "runs" / run_dir)
+    first_sitting = log.read_text()
+    assert first_sitting.startswith("# python dqn_atari.py --learning-starts 300 ")  # the log names its command
+
+    out = sitting(lambda text: "resumed at step" in text)
+    assert re.search(rf"\[1/2\] python dqn_atari.py .*: running, going on from runs/{re.escape(run_dir)}'s checkpoint", out)
+    assert os.listdir(tmp_path / "runs") == [run_dir] and os.listdir(tmp_path / "logs") == ["01_dqn_atari_seed1.log"]
+    second_sitting = log.read_text().removeprefix(first_sitting)  # written on, not over
+    assert re.search(rf"^runs/{re.escape(run_dir)}: resumed at step [\d,]+", second_sitting, re.M), second_sitting
 
 
 def test_sweep_gives_each_child_one_thread_when_running_several(monkeypatch, tmp_path, capsys):
@@ -123,12 +138,28 @@ def test_sweep_gives_each_child_one_thread_when_running_several(monkeypatch, tmp
             ]
         )
         assert code == 0
-        logs = [open(out / "logs" / name).read().strip() for name in sorted(os.listdir(out / "logs"))]
+        logs = [open(out / "logs" / name).read().strip().splitlines()[-1] for name in sorted(os.listdir(out / "logs"))]
         if threads:
             assert logs == [threads] * 2 and all(env["OMP_NUM_THREADS"] == "1" for env in children[-2:])
         else:  # --jobs 1 keeps torch's own thread count, as before --jobs existed
             assert children[-2:] == [None, None]
     assert "2 of 2 runs ended well" in capsys.readouterr().out
+
+
+def test_a_run_with_no_checkpoint_starts_anew_beside_its_earlier_log(monkeypatch, tmp_path, capsys):
+    # The children print a line instead of training: they make no run directory, so none can go on.
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(
+        subprocess, "Popen", lambda command, **kwargs: real_popen([sys.executable, "-c", "print(2)"], **kwargs)
+    )
+    flags = ["--out", str(tmp_path), "--results-dir", str(tmp_path / "results"), "--runs", "dqn_atari.py"]
+    assert sweep_tool.main(flags) == 0
+    first = (tmp_path / "logs" / "01_dqn_atari_seed1.log").read_text()
+    assert first.startswith("# python dqn_atari.py --env-id BreakoutNoFrameskip-v4 ") and first.endswith("\n2\n")
+    assert sweep_tool.main(flags) == 0
+    assert "going on from" not in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path / "logs")) == ["01_dqn_atari_seed1.log", "01_dqn_atari_seed1_2.log"]
+    assert (tmp_path / "logs" / "01_dqn_atari_seed1.log").read_text() == first
 
 
 def test_sweep_finds_a_run_directory_whose_name_has_spaces_and_colons(tmp_path):
