@@ -46,7 +46,8 @@ def jobs_count(text):
 def earlier_logs(logs_dir):
     """The logs of earlier sittings, by the command on their first line ("# python SCRIPT FLAGS"); the newest wins."""
     found = {}
-    for name in sorted(os.listdir(logs_dir), key=lambda name: os.path.getmtime(os.path.join(logs_dir, name))):
+    names = [name for name in os.listdir(logs_dir) if name.endswith(".log") and os.path.isfile(os.path.join(logs_dir, name))]
+    for name in sorted(names, key=lambda name: os.path.getmtime(os.path.join(logs_dir, name))):
         with open(os.path.join(logs_dir, name), errors="replace") as log:
             found[log.readline().removeprefix("# ").rstrip("\n")] = os.path.join(logs_dir, name)
     return found
