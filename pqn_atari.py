@@ -264,8 +264,8 @@ def q_lambda_returns(rewards, values, dones, agent_acted, next_values, gamma, q_
     """Q(lambda) targets of a rollout: G_t = r_t + gamma * ((1 - lambda) * V(s_t+1) + lambda * G_t+1).
 
     V(s) here is max_a Q(s, a), the greedy policy's value. With lambda = 0 the target is DQN's one-step TD target;
-    towards 1 it leans less on the network, more on the rewards that followed. Peng's Q(lambda), as PQN's: it runs on
-    through exploratory actions too.
+    towards 1 it leans less on the network, more on the rewards that followed. This is Peng's Q(lambda), as PQN's:
+    the returns run on through exploratory actions too.
 
     rewards, values, dones and agent_acted are (steps, envs). dones[t] is 1 when step t ended the
     episode for learning: nothing after it flows back into it, nor does a bootstrap. agent_acted[t] is
