@@ -6,12 +6,13 @@
     python benchmark/compare.py sweep/results --plot sweep/curves.png
 
 Each --runs entry is a script with its own flags; every entry runs once per seed, with the game
-and budget given here. The runs' output goes to OUT/logs/, their run directories to OUT/runs/.
---jobs N runs N at once, each child with one torch thread (OMP_NUM_THREADS=1); the default, 1,
-runs them one after another with torch's own thread count. A failed run is reported and the sweep
-goes on; a summary ends it, and the exit status is 1 if any run failed. Ctrl-C or kill (SIGTERM) starts
-no more runs and stops those running as their scripts stop (each saves a checkpoint), then sums up,
-exit status 130 or 143.
+and budget given here. Each entry's flags are checked by its script before the first run starts:
+a typo in the last entry stops the sweep at once, not hours later. The runs' output goes to
+OUT/logs/, their run directories to OUT/runs/. --jobs N runs N at once, each child with one torch
+thread (OMP_NUM_THREADS=1); the default, 1, runs them one after another with torch's own thread
+count. A run that fails all the same is reported and the sweep goes on; a summary ends it, and the
+exit status is 1 if any run failed. Ctrl-C or kill (SIGTERM) starts no more runs and stops those
+running as their scripts stop (each saves a checkpoint), then sums up, exit status 130 or 143.
 
 Each run that ends well is written to RESULTS_DIR/<run directory name>.csv (format:
 docs/results/README.md), its command on the first line; RESULTS_DIR is OUT/results unless
@@ -24,6 +25,9 @@ checkpoint starts anew. Each log's first line is its command. No CSV or log is o
 """
 
 import argparse
+import contextlib
+import importlib.util
+import io
 import os
 import re
 import shlex
@@ -41,6 +45,21 @@ def jobs_count(text):
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of runs at once, 1 or more, got {text!r}")
     return int(text)
+
+
+def flags_error(script_path, flags, cwd):
+    """The script's own error for these flags (its parse_args, with every check it makes before a run), or None."""
+    spec = importlib.util.spec_from_file_location(f"sweep_checks_{os.path.basename(script_path)[:-3]}", script_path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said), contextlib.chdir(cwd):
+        try:
+            script.parse_args(flags)
+        except SystemExit as exit:
+            if exit.code:  # argparse's last line: "PROG: error: MESSAGE"
+                return said.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1]
+    return None
 
 
 def earlier_logs(logs_dir):
@@ -104,6 +123,10 @@ def main(argv=None):
             p.error(f"argument --runs: an empty entry {entry!r}: each is a script and its flags, e.g. 'dqn_atari.py'")
         if not os.path.isfile(os.path.join(ROOT, entries[-1][0])):
             p.error(f"argument --runs: no script {entries[-1][0]} in {ROOT}")
+        if {"--resume", "-h", "--help"} & {flag.split("=")[0] for flag in entries[-1][1:]}:
+            p.error(
+                f"argument --runs: {entry!r}: a sweep starts its runs and goes on with them itself: no --resume, no --help"
+            )
     if args.total_timesteps < 1:
         p.error(f"argument --total-timesteps: must be a positive integer, got {args.total_timesteps}")
     # the scripts seed numpy with it and their emulators with it plus their index (32-bit numbers)
@@ -119,6 +142,11 @@ def main(argv=None):
             os.makedirs(folder, exist_ok=True)
         except OSError as error:  # a file on its path, no permission
             p.error(f"argument {flag}: cannot make the folder {folder}: {error.strerror}")
+
+    for entry in entries:  # as its first run will be started: in OUT, with the sweep's game, budget and first seed
+        flags = [*entry[1:], "--env-id", args.env_id, "--total-timesteps", str(args.total_timesteps)]
+        if error := flags_error(os.path.join(ROOT, entry[0]), [*flags, "--seed", str(args.seeds[0])], args.out):
+            p.error(f"argument --runs: {shlex.join(entry)!r}: {error}")
 
     # What earlier sittings ran: the first line of each CSV is "# command: python SCRIPT FLAGS"
     done = {}

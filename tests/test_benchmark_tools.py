@@ -12,7 +12,7 @@ import types
 
 import numpy as np
 import pytest
-from conftest import ROOT, assert_refused, read_scalars, run_bad
+from conftest import ROOT, assert_refused, read_scalars, refused_before_this, run_bad
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import compare  # noqa: E402
@@ -47,30 +47,57 @@ def sweep(tmp_path_factory):
         2,
         "--runs",
         *GOOD,
-        "dqn_atari.py --envs-count 3",  # not a flag of dqn_atari.py: this one fails
         timeout=600,
     )
     return out, proc
 
 
-def test_sweep_runs_two_at_once_goes_on_past_a_failed_run_and_sums_up(sweep):
+def test_sweep_runs_two_at_once_and_sums_up(sweep):
     out, proc = sweep
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "[6/6]" in proc.stdout and proc.stdout.count("FAILED (exit 2)") == 2 * 2  # progress line and summary
-    assert "4 of 6 runs ended well, 0 skipped, 2 failed" in proc.stdout
-    assert proc.stdout.count("log: ") == 2 * 6  # when it starts and when it ends
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[4/4]" in proc.stdout and "4 of 4 runs ended well, 0 skipped, 0 failed" in proc.stdout
+    assert proc.stdout.count("log: ") == 2 * 4  # when it starts and when it ends
     runs = sorted(os.listdir(out / "runs"))
     assert len(runs) == 4 and sorted(os.listdir(out / "results")) == sorted(run + ".csv" for run in runs)
-    # each run reported as it ends: status, wall time, command, log, its CSV
+    # each run reported as it ends: status, wall time, command, log, its CSV, the log's last line
     assert re.search(
-        r"\[5/6\] FAILED \(exit 2\) after \d+\.\d min: python dqn_atari.py --envs-count 3 "
-        r"--env-id BreakoutNoFrameskip-v4 --total-timesteps 600 --seed 1\n    log: \S+05_dqn_atari_seed1.log "
-        r"\| results: - \| dqn_atari.py: error: unrecognized arguments: --envs-count 3",
+        r"\[3/4\] ok after \d+\.\d min: python dqn_atari_vec.py --learning-starts 300 .* "
+        r"--env-id BreakoutNoFrameskip-v4 --total-timesteps 600 --seed 1\n"
+        r"    log: \S+03_dqn_atari_vec_seed1.log \| results: \S+.csv \| step 600/600 \|",
         proc.stdout,
     )
-    assert re.search(r"\[1/6\] ok after \d+\.\d min: python dqn_atari.py .*\n    log: .* \| results: \S+.csv \|", proc.stdout)
     # two at once: the second run started before the first one ended
-    assert proc.stdout.index("[2/6] python") < proc.stdout.index("[1/6] ok")
+    assert proc.stdout.index("[2/4] python") < proc.stdout.index("[1/4] ok")
+
+
+def test_sweep_refuses_an_entry_its_script_refuses_before_any_run(in_tmp, capsys, monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", refused_before_this)
+    for bad_entry, error in (
+        ("dqn_atari.py --envs-count 3", "unrecognized arguments: --envs-count 3"),  # a flag of another script
+        ("ppo_atari.py --num-minibatches 5000", "argument --num-minibatches: must be at most"),  # the script's own check
+    ):
+        assert_refused(sweep_tool.main, ["--seeds", "1", "2", "--runs", "dqn_atari.py", bad_entry], "--runs", capsys)
+        with pytest.raises(SystemExit):
+            sweep_tool.main(["--runs", "dqn_atari.py", bad_entry])
+        assert f"error: argument --runs: '{bad_entry}': {error}" in capsys.readouterr().err
+    assert_refused(sweep_tool.main, ["--runs", "dqn_atari.py --resume runs/x"], "--runs", capsys)
+    assert os.listdir("sweep/logs") == []  # no run started
+
+
+def test_sweep_goes_on_past_a_failed_run(monkeypatch, tmp_path, capsys):
+    # The children exit at once, the first with status 3, as a run that fails all the same would.
+    real_popen = subprocess.Popen
+    codes = iter([3, 0])
+    monkeypatch.setattr(
+        subprocess,
+        "Popen",
+        lambda command, **kwargs: real_popen([sys.executable, "-c", f"raise SystemExit({next(codes)})"], **kwargs),
+    )
+    flags = ["--out", str(tmp_path), "--seeds", "1", "2", "--runs", "dqn_atari.py"]
+    assert sweep_tool.main(flags) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"\[1/2\] FAILED \(exit 3\) after .*--seed 1\n    log: \S+01_dqn_atari_seed1.log \| results: - \|", out)
+    assert "[2/2] ok after" in out and "1 of 2 runs ended well, 0 skipped, 1 failed" in out
 
 
 def test_ctrl_c_stops_the_sweep_and_its_run_with_a_checkpoint_and_sums_up_then_it_goes_on(tmp_path):
