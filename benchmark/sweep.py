@@ -134,6 +134,8 @@ def main(argv=None):
         p.error(f"argument --seeds: each must be in [0, 2**30], got {' '.join(map(str, bad))}")
     if twice := sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1}):  # one run, counted as two seeds
         p.error(f"argument --seeds: each seed once, got {' '.join(map(str, twice))} more than once")
+    if twice := sorted({shlex.join(entry) for entry in entries if entries.count(entry) > 1}):  # one command, two runs
+        p.error(f"argument --runs: each entry once, got {', '.join(map(repr, twice))} more than once")
     for flag, folder in (("--out", args.out), ("--results-dir", args.results_dir)):
         if os.path.exists(folder) and not os.path.isdir(folder):
             p.error(f"argument {flag}: {folder} is a file, not a folder")

@@ -81,6 +81,8 @@ def test_sweep_refuses_an_entry_its_script_refuses_before_any_run(in_tmp, capsys
             sweep_tool.main(["--runs", "dqn_atari.py", bad_entry])
         assert f"error: argument --runs: '{bad_entry}': {error}" in capsys.readouterr().err
     assert_refused(sweep_tool.main, ["--runs", "dqn_atari.py --resume runs/x"], "--runs", capsys)
+    # the same command twice: its second run could only go on with the first one's run directory
+    assert_refused(sweep_tool.main, ["--runs", "ppo_atari.py", " ppo_atari.py "], "--runs", capsys)
     assert os.listdir("sweep/logs") == []  # no run started
 
 
