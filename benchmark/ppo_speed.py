@@ -101,7 +101,7 @@ def bound_seconds_per_iteration(script, defaults, actions_count, iterations):
 
 def emulator_seconds_per_iteration(script, defaults, iterations):
     """Wall and CPU seconds of one rollout's environment steps, alone (the emulator's C++ threads count in the CPU time)."""
-    envs = script.make_env(defaults.env_id, defaults.envs_count, 0)
+    envs = script.make_env(defaults.env_id, defaults.envs_count)
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
     actions = rng.integers(0, envs.single_action_space.n, size=(iterations + 1, defaults.rollout_length, envs.num_envs))
@@ -146,7 +146,7 @@ def main():
     torch.set_num_threads(args.threads)
     script = importlib.import_module(args.script.removesuffix(".py"))
     defaults = script.parse_args([])
-    envs = script.make_env(defaults.env_id, 1, 0)
+    envs = script.make_env(defaults.env_id, 1)
     actions_count = envs.single_action_space.n
     envs.close()
     batch = defaults.envs_count * defaults.rollout_length

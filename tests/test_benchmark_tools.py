@@ -604,6 +604,21 @@ def test_dqn_speed_refuses_a_thread_count_below_one_and_splits_the_loops_time_in
     assert dqn_speed.each_part(built) == pytest.approx({"update": 20.0, "+ 4 acting passes": 3.5, "+ 4 game steps": 2.5})
 
 
+def test_ppo_speed_sets_pqn_against_its_network_passes_and_the_emulator():
+    proc = run_tool("ppo_speed.py", "--script", "pqn_atari.py", "--iterations", 1, "--bound-iterations", 1, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "pqn_atari.py defaults: BreakoutNoFrameskip-v4, 8 envs x 128 steps, 4 epochs x 4 minibatches of 256" in proc.stdout
+    found = re.search(
+        r"^bound ([\d,]+) steps/s \| script ([\d,]+) steps/s \| ratio ([\d.]+)% .* "
+        r"bound with the emulator ([\d,]+) steps/s, script at ([\d.]+)% of it",
+        proc.stdout,
+        re.M,
+    )
+    bound, rate, ratio, with_emulator, ratio_with_emulator = (float(g.replace(",", "")) for g in found.groups())
+    assert 0 < with_emulator < bound and rate > 0  # the emulator's time only adds to the bound's
+    assert ratio == pytest.approx(100 * rate / bound, abs=0.6) and ratio < ratio_with_emulator
+
+
 def refused(main, argv, capsys):
     """main(argv) stops with a usage error: exit status 2, no traceback. Its message, after 'error: '."""
     capsys.readouterr()
