@@ -56,9 +56,9 @@ def flags_error(script_path, flags, cwd):
     with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said), contextlib.chdir(cwd):
         try:
             script.parse_args(flags)
-        except SystemExit as exit:
-            if exit.code:  # argparse's last line: "PROG: error: MESSAGE"
-                return said.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1]
+        except SystemExit as stop:
+            if stop.code:  # argparse's last line: "PROG: error: MESSAGE"
+                return (said.getvalue().strip().splitlines() or [f"exit status {stop.code}"])[-1].split("error: ", 1)[-1]
     return None
 
 
