@@ -145,11 +145,6 @@ def main(argv=None):
         except OSError as error:  # a file on its path, no permission
             p.error(f"argument {flag}: cannot make the folder {folder}: {error.strerror}")
 
-    for entry in entries:  # as its first run will be started: in OUT, with the sweep's game, budget and first seed
-        flags = [*entry[1:], "--env-id", args.env_id, "--total-timesteps", str(args.total_timesteps)]
-        if error := flags_error(os.path.join(ROOT, entry[0]), [*flags, "--seed", str(args.seeds[0])], args.out):
-            p.error(f"argument --runs: {shlex.join(entry)!r}: {error}")
-
     # What earlier sittings ran: the first line of each CSV is "# command: python SCRIPT FLAGS"
     done = {}
     for name in sorted(os.listdir(args.results_dir)):
@@ -177,6 +172,9 @@ def main(argv=None):
                     "command": shlex.join(["python", entry[0], *flags]),
                 }
             )  # as a user would type it
+    for job in jobs:  # each entry's first run, checked as it will start (in OUT) before any run starts
+        if job["seed"] == args.seeds[0] and (error := flags_error(job["argv"][1], job["argv"][2:], args.out)):
+            p.error(f"argument --runs: {shlex.join(job['entry'])!r}: {error}")
     for job in jobs:
         if job["command"] in done:
             print(f"[{job['number']}/{len(jobs)}] {job['command']}: skipped, already in {done[job['command']]}", flush=True)
