@@ -208,6 +208,7 @@ def workers_rates(flags, device, scratch, args, checked_rate):
                 "dqn_atari_mp.py", [cuda_flag(device), *set_flag(flags, "--workers-count", workers)], scratch, args
             )
             rates[workers] = learning_phase_rate(scalars(run_dir), DQN_LOSSES)
+            print(f"    learning phase: {rates[workers]:,.0f} steps/s", flush=True)
         except CheckFailed as failure:
             failures.append(f"dqn_atari_mp.py --workers-count {workers}: {failure}")
     return rates, failures
@@ -220,6 +221,7 @@ def threads_rates(flags, scratch, args):
         try:
             _, run_dir = run("dqn_atari.py", ["--no-cuda", *flags], scratch, args, threads=threads)
             rates[threads] = learning_phase_rate(scalars(run_dir), DQN_LOSSES)
+            print(f"    learning phase: {rates[threads]:,.0f} steps/s", flush=True)
         except CheckFailed as failure:
             failures.append(f"dqn_atari.py with {threads} torch threads: {failure}")
     return rates, failures
@@ -275,6 +277,11 @@ def main(argv=None):
             print(f"{script}:", flush=True)
             try:
                 rates[script] = check_script(script, all_flags[script], device, scratch, args)
+                # as it comes, so that a run cut short by a time limit still tells what it measured
+                print(
+                    f"    learning phase: {rates[script][0]:,.0f} steps/s on the {gpu}, {rates[script][1]:,.0f} on the CPU",
+                    flush=True,
+                )
             except CheckFailed as failure:
                 failures.append(f"{script}: {failure}")
         if "dqn_atari_mp.py" in args.scripts:

@@ -60,6 +60,9 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
     assert "| script | CPU as GPU | CPU | CPU as GPU / CPU |" in out
     for script in ["dqn_atari_mp.py"]:  # a row of numbers: steps/s on both, their ratio
         assert re.search(rf"^\| {re.escape(script)} \| [\d,]+ \| [\d,]+ \| \d+\.\d\d \|$", out, re.M), (script, out[-2000:])
+    # each rate is printed as it is measured too (the table alone would be lost to a time limit): the check's, 2
+    # worker counts (2 is the check's own run), 2 thread counts
+    assert len(re.findall(r"^    learning phase: [\d,]+ steps/s( on the CPU as GPU, [\d,]+ on the CPU)?$", out, re.M)) == 4
     assert "not timed: --workers-count 4, 8" in out
     assert re.search(r"^\| 1 \| [\d,]+ \| 1\.00 \|$", out, re.M) and re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\d \|$", out, re.M)
     assert "dqn_atari.py, learning phase on the CPU by torch threads" in out
