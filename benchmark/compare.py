@@ -56,6 +56,16 @@ def find_runs(paths):
     return [found[name] for name in sorted(found)]
 
 
+def free_path(path):
+    """PATH, or PATH with _2, _3... before its extension where that is taken: nothing is written over."""
+    stem, extension = os.path.splitext(path)
+    number = 1
+    while os.path.exists(path):
+        number += 1
+        path = f"{stem}_{number}{extension}"
+    return path
+
+
 def read_run(run_dir):
     """A run from its TensorBoard events: hyperparameters, totals, and one (step, seconds, return) per game."""
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
@@ -325,7 +335,9 @@ def main(argv=None):
         epilog=__doc__.split("\n\n", 1)[1],
     )
     p.add_argument("runs_dirs", nargs="+", metavar="RUN", help="run directories, results CSVs, or folders holding them")
-    p.add_argument("--plot", metavar="FILE.png", help="also draw the learning curves into this file")
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="also draw the learning curves into this file (FILE_2.png... if it exists)"
+    )
     p.add_argument("--last", type=positive_int, default=100, help="games averaged for the return and for --reach")
     p.add_argument(
         "--reach", type=float, metavar="SCORE", help="add the steps and minutes until the mean return reaches SCORE"
@@ -395,8 +407,9 @@ def main(argv=None):
             p.error(f"argument RUN: {source} is not a results CSV (see docs/results/README.md): {error!r}")
     print(table(runs, args.last, args.reach))
     if plt is not None:
-        left_out = plot(runs, args.plot, plt, args.reach, wall_clock=args.wall_clock)
-        print(f"\nlearning curves written to {args.plot}")
+        path = free_path(args.plot)  # an earlier figure of that name is kept
+        left_out = plot(runs, path, plt, args.reach, wall_clock=args.wall_clock)
+        print(f"\nlearning curves written to {path}")
         for label in left_out:
             print(f"not drawn: {label} (its seeds' curves share no step)")
 

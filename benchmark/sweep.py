@@ -38,7 +38,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-from compare import write_csv  # noqa: E402
+from compare import free_path, write_csv  # noqa: E402
 
 
 def jobs_count(text):
@@ -70,16 +70,6 @@ def earlier_logs(logs_dir):
         with open(os.path.join(logs_dir, name), errors="replace") as log:
             found[log.readline().removeprefix("# ").rstrip("\n")] = os.path.join(logs_dir, name)
     return found
-
-
-def free_path(path):
-    """PATH, or PATH with _2, _3... before its extension where that is taken: nothing is written over."""
-    stem, extension = os.path.splitext(path)
-    number = 1
-    while os.path.exists(path):
-        number += 1
-        path = f"{stem}_{number}{extension}"
-    return path
 
 
 def run_dir_in(log_path):

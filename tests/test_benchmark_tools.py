@@ -520,6 +520,11 @@ def test_compare_draws_the_curves_with_matplotlib(sweep, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     width, height = struct.unpack(">II", png.read_bytes()[16:24])  # the PNG header's size
     assert 2 * height < width < 3 * height  # two panels side by side: steps and updates
+    # drawn again under the same name: the earlier figure is kept, the new one written beside it
+    first = png.read_bytes()
+    proc = run_tool("compare.py", out / "results", "--plot", png, "--reach", 1)
+    assert proc.returncode == 0 and f"learning curves written to {tmp_path / 'curves_2.png'}" in proc.stdout, proc.stdout
+    assert png.read_bytes() == first and (tmp_path / "curves_2.png").stat().st_size > 10_000
     # on real matplotlib: per panel one line per setting (and --reach's), each with its seeds' range shaded
     games = [(1000 + 100 * i, i % 5, i) for i in range(30)]
     for seed in (1, 2):
