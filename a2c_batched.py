@@ -284,6 +284,7 @@ def main(argv=None):
         # ALGO LOGIC: phase 1, the rollout, until the batches hold rollout_length steps' losses. Its first pi(.|s), V(s)
         # come from the parameters as they are now; then one forward of s' gives V(s') for the step's target and the next s.
         logits, values = agent(torch.from_numpy(games.obs).to(device))
+        stop_if_diverged(logits, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
         while len(actor_losses) < args.rollout_length:
             dist = Categorical(logits=logits)
             actions = dist.sample()
@@ -536,6 +537,18 @@ def close_logs(writer, args):
         import wandb
 
         wandb.finish()
+
+
+def stop_if_diverged(result, global_step, run_dir, writer, args):
+    """A loss or network output of nan or inf: training has diverged (after a learning rate too high, say) and will
+    not come back; going on would waste hours or end in a traceback. The run ends here, exit status 1, its last
+    checkpoint as it was."""
+    if not result.isfinite().all():
+        close_logs(writer, args)
+        sys.exit(
+            f"error: nan or inf at step {global_step:,}: training diverged (is --learning-rate too high?); "
+            f"{run_dir}'s last checkpoint, if any, is from before"
+        )
 
 
 def open_run(args):

@@ -432,6 +432,7 @@ def main(argv=None):
             loss.backward()
             optimizer.step()
             updates += 1
+            stop_if_diverged(loss, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
             if updates % 100 == 0:
                 writer.add_scalar("losses/td_loss", loss.item(), global_step)
                 writer.add_scalar("losses/q_values", q_values.mean().item(), global_step)
@@ -694,6 +695,18 @@ def close_logs(writer, args):
         import wandb
 
         wandb.finish()
+
+
+def stop_if_diverged(result, global_step, run_dir, writer, args):
+    """A loss or network output of nan or inf: training has diverged (after a learning rate too high, say) and will
+    not come back; going on would waste hours or end in a traceback. The run ends here, exit status 1, its last
+    checkpoint as it was."""
+    if not result.isfinite().all():
+        close_logs(writer, args)
+        sys.exit(
+            f"error: nan or inf at step {global_step:,}: training diverged (is --learning-rate too high?); "
+            f"{run_dir}'s last checkpoint, if any, is from before"
+        )
 
 
 def open_run(args):

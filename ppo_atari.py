@@ -325,6 +325,7 @@ def main(argv=None):
             obs = torch.from_numpy(games.obs).to(device)
             with torch.no_grad():
                 logits, values = agent(obs)
+            stop_if_diverged(logits, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
             dist = Categorical(logits=logits)
             actions = dist.sample()
             agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
@@ -365,6 +366,7 @@ def main(argv=None):
             for mb in torch.tensor_split(agent_steps[torch.randperm(len(agent_steps))], args.num_minibatches):
                 # index_select copies whole observations, several times faster than b_obs[mb]
                 new_logits, new_values = agent(b_obs.index_select(0, mb))
+                stop_if_diverged(new_logits, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
                 new_dist = Categorical(logits=new_logits)
                 log_ratio = new_dist.log_prob(b_actions[mb]) - b_logprobs[mb]
                 ratio = log_ratio.exp()
@@ -617,6 +619,18 @@ def close_logs(writer, args):
         import wandb
 
         wandb.finish()
+
+
+def stop_if_diverged(result, global_step, run_dir, writer, args):
+    """A loss or network output of nan or inf: training has diverged (after a learning rate too high, say) and will
+    not come back; going on would waste hours or end in a traceback. The run ends here, exit status 1, its last
+    checkpoint as it was."""
+    if not result.isfinite().all():
+        close_logs(writer, args)
+        sys.exit(
+            f"error: nan or inf at step {global_step:,}: training diverged (is --learning-rate too high?); "
+            f"{run_dir}'s last checkpoint, if any, is from before"
+        )
 
 
 def open_run(args):

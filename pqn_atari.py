@@ -376,6 +376,7 @@ def main(argv=None):
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
                 updates += 1
+        stop_if_diverged(loss, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/td_loss", loss.item(), global_step)
         writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
@@ -595,6 +596,18 @@ def close_logs(writer, args):
         import wandb
 
         wandb.finish()
+
+
+def stop_if_diverged(result, global_step, run_dir, writer, args):
+    """A loss or network output of nan or inf: training has diverged (after a learning rate too high, say) and will
+    not come back; going on would waste hours or end in a traceback. The run ends here, exit status 1, its last
+    checkpoint as it was."""
+    if not result.isfinite().all():
+        close_logs(writer, args)
+        sys.exit(
+            f"error: nan or inf at step {global_step:,}: training diverged (is --learning-rate too high?); "
+            f"{run_dir}'s last checkpoint, if any, is from before"
+        )
 
 
 def open_run(args):

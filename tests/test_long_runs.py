@@ -1,5 +1,6 @@
 """Long runs, in all six scripts: Ctrl-C and kill stop a run cleanly and save it, checkpoints survive
-SIGKILL, a saved agent can be watched again (--eval-model), and the time left follows the recent rate.
+SIGKILL, a diverging run ends with one line, a saved agent can be watched again (--eval-model), and the
+time left follows the recent rate.
 
 Real processes on real Breakout, started together where they can be (most of their time is spent
 waiting for a progress line), with small sizes and a budget they never reach: they are stopped.
@@ -11,6 +12,7 @@ import glob
 import importlib
 import inspect
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,6 +167,35 @@ def test_a_stop_signal_saves_flushes_and_exits(stopped, script, signum):
     scalars = read_scalars(run_dir)  # flushed: the progress line's scalars are there
     assert "charts/SPS" in scalars and "eval/episodic_return" not in scalars
     assert "|save_every|100000|" in read_text(run_dir)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_diverging_run_ends_with_one_line_and_keeps_its_checkpoint_from_before(script, tmp_path):
+    # A learning rate no network survives: nan or inf within a few updates, where A2C and PPO would end in
+    # Categorical's traceback and the DQN scripts and PQN would train on with nan. A checkpoint every 16 steps
+    # (DQN) or every rollout, the first update one gradient step: the weights it leaves are still finite.
+    flags = SMALL[script] + ["--learning-rate", "1e30", "--total-timesteps", "20000"]  # the last of a flag counts
+    if script.startswith("dqn"):
+        flags += ["--learning-starts", "32", "--buffer-size", "1000", "--batch-size", "4", "--save-every", "16"]
+    else:
+        flags += ["--save-every", "1"] + (["--num-minibatches", "1"] if script != "a2c_batched.py" else [])
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *flags], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    stopped = re.fullmatch(
+        r"error: nan or inf at step ([\d,]+): training diverged \(is --learning-rate too high\?\); "
+        r"(runs/\S+)'s last checkpoint, if any, is from before",
+        lines[-1],
+    )
+    assert len(lines) == 1 and stopped, proc.stderr[-3000:]
+    # the last checkpoint was written before (the rollout scripts: at the step where the next rollout stopped), its
+    # weights all finite
+    checkpoint = torch.load(tmp_path / stopped.group(2) / "checkpoint.pt", weights_only=False)
+    assert 0 < checkpoint["global_step"] <= int(stopped.group(1).replace(",", ""))
+    assert all(weights.isfinite().all() for weights in checkpoint["state_dict"].values())
+    assert "|learning_rate|1e+30|" in read_text(str(tmp_path / stopped.group(2)))  # TensorBoard's events flushed
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -378,6 +409,7 @@ def test_the_shared_code_is_the_same_in_every_script():
         "evaluate_and_log",
         "start_wandb",
         "close_logs",
+        "stop_if_diverged",
         "evaluation_games",
         "VideoRecorder",
     ]:
