@@ -25,9 +25,11 @@ checkpoint starts anew. Each log's first line is its command. No CSV or log is o
 """
 
 import argparse
+import concurrent.futures
 import contextlib
 import importlib.util
 import io
+import multiprocessing
 import os
 import re
 import shlex
@@ -162,9 +164,16 @@ def main(argv=None):
                     "command": shlex.join(["python", entry[0], *flags]),
                 }
             )  # as a user would type it
-    for job in jobs:  # each entry's first run, checked as it will start (in OUT) before any run starts
-        if job["seed"] == args.seeds[0] and (error := flags_error(job["argv"][1], job["argv"][2:], args.out)):
-            p.error(f"argument --runs: {shlex.join(job['entry'])!r}: {error}")
+    # Each entry's first run, checked as it will start (in OUT) before any run starts, in a process of its own:
+    # the scripts' imports (torch, some 200 MB) go with it, rather than stay in the sweep for hours
+    firsts = [job for job in jobs if job["seed"] == args.seeds[0]]
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as checker:
+        errors = checker.map(
+            flags_error, [job["argv"][1] for job in firsts], [job["argv"][2:] for job in firsts], [args.out] * len(firsts)
+        )
+        for job, error in zip(firsts, list(errors)):
+            if error:
+                p.error(f"argument --runs: {shlex.join(job['entry'])!r}: {error}")
     for job in jobs:
         if job["command"] in done:
             print(f"[{job['number']}/{len(jobs)}] {job['command']}: skipped, already in {done[job['command']]}", flush=True)

@@ -86,6 +86,17 @@ def test_sweep_refuses_an_entry_its_script_refuses_before_any_run(in_tmp, capsys
     assert os.listdir("sweep/logs") == []  # no run started
 
 
+def test_the_sweep_checks_its_entries_in_a_process_of_its_own(tmp_path):
+    # The checks import the scripts, torch with them (some 200 MB): a sweep of hours should not keep that
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'benchmark')!r}); import sweep\n"
+        f"try: sweep.main(['--out', {str(tmp_path)!r}, '--runs', 'ppo_atari.py --num-minibatches 5000'])\n"
+        "except SystemExit as stop: print(stop.code, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "2 False" and "argument --num-minibatches: must be at most" in proc.stderr, proc
+
+
 def test_sweep_goes_on_past_a_failed_run(monkeypatch, tmp_path, capsys):
     # The children exit at once, the first with status 3, as a run that fails all the same would.
     real_popen = subprocess.Popen
