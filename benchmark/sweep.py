@@ -49,11 +49,16 @@ def jobs_count(text):
     return int(text)
 
 
-def flags_error(script_path, flags, cwd):
-    """The script's own error for these flags (its parse_args, with every check it makes before a run), or None."""
+def load_script(script_path):
     spec = importlib.util.spec_from_file_location(f"sweep_checks_{os.path.basename(script_path)[:-3]}", script_path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def flags_error(script_path, flags, cwd):
+    """The script's own error for these flags (its parse_args, with every check it makes before a run), or None."""
+    script = load_script(script_path)
     said = io.StringIO()
     with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said), contextlib.chdir(cwd):
         try:
@@ -62,6 +67,12 @@ def flags_error(script_path, flags, cwd):
             if stop.code:  # argparse's last line: "PROG: error: MESSAGE"
                 return (said.getvalue().strip().splitlines() or [f"exit status {stop.code}"])[-1].split("error: ", 1)[-1]
     return None
+
+
+def run_ended(script_path, run_dir):
+    """Whether RUN_DIR's checkpoint, read by its script, says that the run ended (a sweep stopped before its CSV)."""
+    checkpoint = load_script(script_path).read_checkpoint(run_dir)
+    return bool(checkpoint and checkpoint["finished"])
 
 
 def earlier_logs(logs_dir):
@@ -164,8 +175,15 @@ def main(argv=None):
                     "command": shlex.join(["python", entry[0], *flags]),
                 }
             )  # as a user would type it
-    # Each entry's first run, checked as it will start (in OUT) before any run starts, in a process of its own:
-    # the scripts' imports (torch, some 200 MB) go with it, rather than stay in the sweep for hours
+    # Runs an earlier sitting started that left a checkpoint, and wrote no CSV
+    earlier = {}
+    for job in jobs:
+        run_dir = job["command"] not in done and job["command"] in logs and run_dir_in(logs[job["command"]])
+        if run_dir and os.path.isfile(os.path.join(args.out, run_dir, "checkpoint.pt")):
+            earlier[job["number"]] = run_dir
+    # Each entry's first run, checked as it will start (in OUT) before any run starts, and whether each earlier
+    # run ended, in a process of their own: the scripts' imports (torch, some 200 MB) go with it, rather than
+    # stay in the sweep for hours
     firsts = [job for job in jobs if job["seed"] == args.seeds[0]]
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as checker:
         errors = checker.map(
@@ -174,14 +192,23 @@ def main(argv=None):
         for job, error in zip(firsts, list(errors)):
             if error:
                 p.error(f"argument --runs: {shlex.join(job['entry'])!r}: {error}")
+        scripts = [jobs[number - 1]["argv"][1] for number in earlier]
+        ended = dict(zip(earlier, checker.map(run_ended, scripts, [os.path.join(args.out, d) for d in earlier.values()])))
     for job in jobs:
         if job["command"] in done:
             print(f"[{job['number']}/{len(jobs)}] {job['command']}: skipped, already in {done[job['command']]}", flush=True)
             results.append((job, "skipped", 0.0, done[job["command"]]))
             continue
+        if ended.get(job["number"]):  # it ended, but the sweep was stopped before it wrote the CSV
+            run_dir = earlier[job["number"]]
+            csv = os.path.join(args.results_dir, os.path.basename(run_dir) + ".csv")
+            write_csv(os.path.join(args.out, run_dir), csv, job["command"])
+            print(f"[{job['number']}/{len(jobs)}] {job['command']}: ended in an earlier sitting; results: {csv}", flush=True)
+            results.append((job, "ok", 0.0, csv))
+            continue
         # Started by an earlier sitting and not ended well: it goes on from its checkpoint, if it left one
-        earlier_run_dir = job["command"] in logs and run_dir_in(logs[job["command"]])
-        if earlier_run_dir and os.path.isfile(os.path.join(args.out, earlier_run_dir, "checkpoint.pt")):
+        earlier_run_dir = earlier.get(job["number"])
+        if earlier_run_dir:
             job["log"], job["resumes"] = logs[job["command"]], earlier_run_dir
             job["argv"] = [sys.executable, os.path.join(ROOT, job["entry"][0]), "--resume", earlier_run_dir]
         else:

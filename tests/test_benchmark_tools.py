@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -95,6 +96,22 @@ def test_the_sweep_checks_its_entries_in_a_process_of_its_own(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "2 False" and "argument --num-minibatches: must be at most" in proc.stderr, proc
+
+
+def test_a_run_that_ended_without_its_csv_gets_it_in_the_next_sitting(sweep, tmp_path, monkeypatch, capsys):
+    # The sweep stopped between a run's end and its CSV: the next sitting writes the CSV from the run (its
+    # checkpoint says it ended), rather than start it again or --resume it, which the script refuses
+    out = tmp_path / "sweep"
+    shutil.copytree(sweep[0], out)
+    lost = sorted((out / "results").glob("*__dqn_atari_vec__*.csv"))[0]
+    written = lost.read_text()
+    lost.unlink()
+    monkeypatch.setattr(subprocess, "Popen", refused_before_this)  # no run starts
+    flags = ["--out", str(out), "--jobs", "2", "--total-timesteps", "600", "--seeds", "1", "2", "--runs", *GOOD]
+    assert sweep_tool.main(flags) == 0
+    said = capsys.readouterr().out
+    assert said.count(": ended in an earlier sitting; results: ") == 1 and said.count(": skipped, already in ") == 3, said
+    assert lost.read_text() == written and "4 of 4 runs ended well" not in said and "1 of 4 runs ended well, 3 skipped" in said
 
 
 def test_sweep_goes_on_past_a_failed_run(monkeypatch, tmp_path, capsys):
