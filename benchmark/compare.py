@@ -208,7 +208,7 @@ def table(runs, last=100, reach=None):
             f"| {label} | {params.get('env_id', '?')} | {steps_run(group[0]):,} | {len(group)} | "
             f"{params.get('workers_count', params.get('envs_count', params.get('num_envs', '1')))} | "
             f"{params.get('learn_steps_period', '-')} | {f'{int(np.mean(updates)):,}' if updates else '-'} | "
-            f"{shown} | {sps:,.0f} | {hours(seconds)} |"
+            f"{shown} | {'-' if np.isnan(sps) else f'{sps:,.0f}'} | {hours(seconds)} |"
             + (" {} | {} |".format(*reach_cells(group, reach, last)) if reach is not None else "")
         )
     return "\n".join(lines)

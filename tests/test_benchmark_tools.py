@@ -479,6 +479,13 @@ def hand_made(folder, name, games, steps=4000, **flags):
     )
 
 
+def test_compare_shows_no_rate_for_a_run_stopped_before_its_first_second(tmp_path):
+    hand_made(tmp_path, "a1", [], steps=0)
+    run = compare.read_csv(tmp_path / "a1.csv") | {"seconds": 0.0}  # as read_run gives a run stopped at once
+    cells = [cell.strip() for cell in compare.table([run]).splitlines()[2].split("|")[1:-1]]
+    assert cells[7:9] == ["no game ended", "-"], cells
+
+
 def test_compare_reach_gives_steps_and_minutes_over_the_seeds_that_got_there(tmp_path):
     # --last 2: the mean of two games in a row must reach 10; one game alone does not count
     hand_made(tmp_path, "a1", [(1000, 0, 60), (2000, 10, 120), (3000, 10, 180), (4000, 0, 240)], seed=1)  # 3000, 3.0 min
