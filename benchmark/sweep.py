@@ -183,17 +183,22 @@ def main(argv=None):
             earlier[job["number"]] = run_dir
     # Each entry's first run, checked as it will start (in OUT) before any run starts, and whether each earlier
     # run ended, in a process of their own: the scripts' imports (torch, some 200 MB) go with it, rather than
-    # stay in the sweep for hours
+    # stay in the sweep for hours. It starts with the stop signals ignored (what is ignored, it keeps), so that
+    # Ctrl-C, which the terminal sends it too, is the sweep's alone to take once the checks are done: no run starts.
     firsts = [job for job in jobs if job["seed"] == args.seeds[0]]
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as checker:
-        errors = checker.map(
-            flags_error, [job["argv"][1] for job in firsts], [job["argv"][2:] for job in firsts], [args.out] * len(firsts)
-        )
-        for job, error in zip(firsts, list(errors)):
-            if error:
-                p.error(f"argument --runs: {shlex.join(job['entry'])!r}: {error}")
-        scripts = [jobs[number - 1]["argv"][1] for number in earlier]
-        ended = dict(zip(earlier, checker.map(run_ended, scripts, [os.path.join(args.out, d) for d in earlier.values()])))
+        handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
+        try:  # the first submit starts the process
+            errors = [checker.submit(flags_error, job["argv"][1], job["argv"][2:], args.out) for job in firsts]
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+        for job, error in zip(firsts, errors):
+            if error.result():
+                p.error(f"argument --runs: {shlex.join(job['entry'])!r}: {error.result()}")
+        script_of = {job["number"]: job["argv"][1] for job in jobs}
+        ended = {n: checker.submit(run_ended, script_of[n], os.path.join(args.out, d)) for n, d in earlier.items()}
+    ended = {number: answer.result() for number, answer in ended.items()}
     for job in jobs:
         if job["command"] in done:
             print(f"[{job['number']}/{len(jobs)}] {job['command']}: skipped, already in {done[job['command']]}", flush=True)

@@ -13,7 +13,7 @@ import types
 
 import numpy as np
 import pytest
-from conftest import ROOT, assert_refused, read_scalars, refused_before_this, run_bad
+from conftest import ROOT, assert_refused, descendants, read_scalars, refused_before_this, run_bad
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import compare  # noqa: E402
@@ -96,6 +96,34 @@ def test_the_sweep_checks_its_entries_in_a_process_of_its_own(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "2 False" and "argument --num-minibatches: must be at most" in proc.stderr, proc
+
+
+def test_ctrl_c_while_the_entries_are_checked_ends_the_sweep_cleanly_with_no_run(tmp_path):
+    # Ctrl-C reaches the whole process group, the checker process too: the sweep takes the stop, no traceback
+    sweep = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "benchmark", "sweep.py"), "--out", tmp_path, "--runs", "dqn_atari.py"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+    def command_line(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read()
+        except OSError:  # it has just ended
+            return b""
+
+    deadline = time.time() + 60
+    while not any(b"spawn_main" in command_line(pid) for pid in descendants(sweep.pid)):
+        assert time.time() < deadline and sweep.poll() is None, "no checker process"
+        time.sleep(0.05)
+    time.sleep(0.3)  # into the checks
+    os.killpg(sweep.pid, signal.SIGINT)
+    out, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130 and err == "", err[-3000:]
+    assert "| dqn_atari.py | 1 | not started |" in out and os.listdir(tmp_path / "logs") == []
 
 
 def test_a_run_that_ended_without_its_csv_gets_it_in_the_next_sitting(sweep, tmp_path, monkeypatch, capsys):
