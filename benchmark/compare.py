@@ -73,25 +73,30 @@ def read_run(run_dir):
     text_tag = next((t for t in events.Tags()["tensors"] if t.startswith("hyperparameters")), None)
     if text_tag is None:  # another program's events, or a file cut short before the run's start was written
         raise ValueError("its TensorBoard events hold no hyperparameters table, which each of these scripts writes first")
-    text = events.Tensors(text_tag)[0]  # written when the run starts: its time is the run's start
-    table = text.tensor_proto.string_val[0].decode()
+    starts = events.Tensors(text_tag)  # written when the run starts, and again at each --resume
+    table = starts[0].tensor_proto.string_val[0].decode()
     params = dict(line.strip("|").split("|", 1) for line in table.splitlines()[2:])
     scalars = {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
     returns = scalars.get("charts/episodic_return", [])
     every = [e for tag in scalars for e in scalars[tag]]
-    # seconds rounded to the millisecond, as the CSV keeps them, so both give the same table
+    # The run's own seconds: from its first start, less each stop (a resume's start after the last event before it)
+    stops = []
+    for start in starts[1:]:
+        before = [e.wall_time for e in every if e.wall_time < start.wall_time]
+        stops.append((start.wall_time, start.wall_time - max(before, default=start.wall_time)))
+
+    def seconds(wall_time):  # rounded to the millisecond, as the CSV keeps them, so both give the same table
+        stopped = sum(length for start, length in stops if start <= wall_time)
+        return round(wall_time - starts[0].wall_time - stopped, 3)
+
     return {
         "name": os.path.basename(os.path.normpath(run_dir)),
         "command": None,
         "params": params,
         "steps": max(e.step for e in every) if every else 0,
-        "seconds": round(max(e.wall_time for e in every) - text.wall_time, 3) if every else 0.0,
+        "seconds": seconds(max(e.wall_time for e in every)) if every else 0.0,
         "updates": int(scalars["charts/updates"][-1].value) if "charts/updates" in scalars else None,
-        "curve": (
-            [e.step for e in returns],
-            [round(e.wall_time - text.wall_time, 3) for e in returns],
-            [e.value for e in returns],
-        ),
+        "curve": ([e.step for e in returns], [seconds(e.wall_time) for e in returns], [e.value for e in returns]),
     }
 
 

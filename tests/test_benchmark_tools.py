@@ -507,6 +507,23 @@ def hand_made(folder, name, games, steps=4000, **flags):
     )
 
 
+def test_compare_leaves_out_the_time_a_resumed_run_was_stopped(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    table = "|param|value|\n|-|-|\n|exp_name|dqn_atari|\n|env_id|PongNoFrameskip-v4|\n|seed|1|"
+    first = SummaryWriter(tmp_path)  # started at second 1000; a game at minute 1; its last event at 90 s
+    first.add_text("hyperparameters", table, 0, walltime=1000.0)
+    first.add_scalar("charts/episodic_return", 1.0, 100, walltime=1060.0)
+    first.add_scalar("charts/SPS", 5.0, 150, walltime=1090.0)
+    first.close()
+    second = SummaryWriter(tmp_path, purge_step=151)  # resumed over an hour later, as the scripts write it
+    second.add_text("hyperparameters", table, 151, walltime=5000.0)
+    second.add_scalar("charts/episodic_return", 2.0, 200, walltime=5030.0)
+    second.close()
+    run = compare.read_run(tmp_path)
+    assert run["seconds"] == 120.0 and run["curve"] == ([100, 200], [60.0, 120.0], [1.0, 2.0]), run
+
+
 def test_compare_shows_no_rate_for_a_run_stopped_before_its_first_second(tmp_path):
     hand_made(tmp_path, "a1", [], steps=0)
     run = compare.read_csv(tmp_path / "a1.csv") | {"seconds": 0.0}  # as read_run gives a run stopped at once
