@@ -820,6 +820,8 @@ class Checkpoints:
             self.save(step, updates)
 
     def save(self, step, updates, finished=False):
+        weights = torch.cat([w.detach().flatten() for w in self.network.parameters()])  # never nan over good ones
+        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)
         model = {
             "script": SCRIPT,
             "env_id": self.args.env_id,

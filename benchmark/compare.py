@@ -81,9 +81,9 @@ def read_run(run_dir):
     every = [e for tag in scalars for e in scalars[tag]]
     # The run's own seconds: from its first start, less each stop (a resume's start after the last event before it)
     stops = []
-    for start in starts[1:]:
-        before = [e.wall_time for e in every if e.wall_time < start.wall_time]
-        stops.append((start.wall_time, start.wall_time - max(before, default=start.wall_time)))
+    for earlier, start in zip(starts, starts[1:]):  # a resume that logged nothing before the next: from its start
+        before = [e.wall_time for e in every if earlier.wall_time <= e.wall_time < start.wall_time]
+        stops.append((start.wall_time, start.wall_time - max(before, default=earlier.wall_time)))
 
     def seconds(wall_time):  # rounded to the millisecond, as the CSV keeps them, so both give the same table
         stopped = sum(length for start, length in stops if start <= wall_time)

@@ -187,12 +187,14 @@ def main(argv=None):
     # Ctrl-C, which the terminal sends it too, is the sweep's alone to take once the checks are done: no run starts.
     firsts = [job for job in jobs if job["seed"] == args.seeds[0]]
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as checker:
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # meanwhile one waits, not lost
         handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
         try:  # the first submit starts the process
             errors = [checker.submit(flags_error, job["argv"][1], job["argv"][2:], args.out) for job in firsts]
         finally:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         for job, error in zip(firsts, errors):
             if error.result():
                 p.error(f"argument --runs: {shlex.join(job['entry'])!r}: {error.result()}")
@@ -207,7 +209,10 @@ def main(argv=None):
         if ended.get(job["number"]):  # it ended, but the sweep was stopped before it wrote the CSV
             run_dir = earlier[job["number"]]
             csv = os.path.join(args.results_dir, os.path.basename(run_dir) + ".csv")
-            write_csv(os.path.join(args.out, run_dir), csv, job["command"])
+            try:
+                write_csv(os.path.join(args.out, run_dir), csv, job["command"])
+            except FileExistsError:  # one cut short as it was written, say
+                csv += " (exists already, left as is)"
             print(f"[{job['number']}/{len(jobs)}] {job['command']}: ended in an earlier sitting; results: {csv}", flush=True)
             results.append((job, "ok", 0.0, csv))
             continue

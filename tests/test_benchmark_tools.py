@@ -140,6 +140,9 @@ def test_a_run_that_ended_without_its_csv_gets_it_in_the_next_sitting(sweep, tmp
     said = capsys.readouterr().out
     assert said.count(": ended in an earlier sitting; results: ") == 1 and said.count(": skipped, already in ") == 3, said
     assert lost.read_text() == written and "4 of 4 runs ended well" not in said and "1 of 4 runs ended well, 3 skipped" in said
+    lost.write_text("")  # one cut short as it was written: left as is, and the sweep goes on
+    assert sweep_tool.main(flags) == 0
+    assert "(exists already, left as is)" in capsys.readouterr().out and lost.read_text() == ""
 
 
 def test_sweep_goes_on_past_a_failed_run(monkeypatch, tmp_path, capsys):
@@ -522,6 +525,16 @@ def test_compare_leaves_out_the_time_a_resumed_run_was_stopped(tmp_path):
     second.close()
     run = compare.read_run(tmp_path)
     assert run["seconds"] == 120.0 and run["curve"] == ([100, 200], [60.0, 120.0], [1.0, 2.0]), run
+    # resumed again and stopped before it logged a thing, then once more: none of that sitting counted (nothing
+    # shows how long it ran), the last 20 s are
+    for start, last in ((6000.0, None), (7000.0, 7020.0)):
+        writer = SummaryWriter(tmp_path, purge_step=201)
+        writer.add_text("hyperparameters", table, 201, walltime=start)
+        if last:
+            writer.add_scalar("charts/episodic_return", 3.0, 300, walltime=last)
+        writer.close()
+    run = compare.read_run(tmp_path)
+    assert run["seconds"] == 140.0 and run["curve"][1] == [60.0, 120.0, 140.0], run
 
 
 def test_compare_shows_no_rate_for_a_run_stopped_before_its_first_second(tmp_path):

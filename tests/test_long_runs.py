@@ -198,6 +198,32 @@ def test_a_diverging_run_ends_with_one_line_and_keeps_its_checkpoint_from_before
     assert "|learning_rate|1e+30|" in read_text(str(tmp_path / stopped.group(2)))  # TensorBoard's events flushed
 
 
+@pytest.mark.parametrize("script", [script for script in SCRIPTS if script != "dqn_atari_mp.py"])  # its class as theirs
+def test_weights_an_update_made_nan_are_never_saved(script, in_tmp, monkeypatch):
+    # An update whose loss was finite leaves nan weights (here made so after each optimizer step): the checkpoint
+    # due next ends the run instead of writing them over the last good one, which a --resume would take
+    optimizer = torch.optim.RAdam if script == "pqn_atari.py" else torch.optim.Adam
+    real_step = optimizer.step
+
+    def step_to_nan(self, *args, **kwargs):
+        result = real_step(self, *args, **kwargs)
+        with torch.no_grad():
+            for group in self.param_groups:
+                for weights in group["params"]:
+                    weights.fill_(float("nan"))
+        return result
+
+    monkeypatch.setattr(optimizer, "step", step_to_nan)
+    flags = SMALL[script] + ["--total-timesteps", "2000", "--save-every", "1"]
+    if script.startswith("dqn"):
+        flags += ["--learning-starts", "32", "--buffer-size", "1000", "--batch-size", "4"]
+    with pytest.raises(SystemExit) as stopped:
+        module(script).main(flags)
+    assert str(stopped.value.code).startswith("error: nan or inf at step "), stopped.value.code
+    for path in glob.glob("runs/*/checkpoint.pt"):  # the DQN scripts': saved while their replay filled
+        assert all(weights.isfinite().all() for weights in torch.load(path, weights_only=False)["state_dict"].values())
+
+
 # ---------------------------------------------------------------- checkpoints
 def test_sigkill_leaves_the_last_complete_checkpoint(tmp_path):
     # A checkpoint every 64 steps. Once one is complete, the kill comes as soon as the next one is
