@@ -760,7 +760,7 @@ class Checkpoints:
             self.save(step, updates)
 
     def save(self, step, updates, finished=False):
-        weights = torch.cat([w.detach().flatten() for w in self.network.parameters()])  # never nan over good ones
+        weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf where any is
         stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)
         model = {
             "script": SCRIPT,
