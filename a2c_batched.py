@@ -284,7 +284,7 @@ def main(argv=None):
         # ALGO LOGIC: phase 1, the rollout, until the batches hold rollout_length steps' losses. Its first pi(.|s), V(s)
         # come from the parameters as they are now; then one forward of s' gives V(s') for the step's target and the next s.
         logits, values = agent(torch.from_numpy(games.obs).to(device))
-        stop_if_diverged(logits, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
+        stop_if_diverged(logits, global_step, run_dir, writer, args)  # PLUMBING: nan never comes back: stop now
         while len(actor_losses) < args.rollout_length:
             dist = Categorical(logits=logits)
             actions = dist.sample()
@@ -701,8 +701,8 @@ class Checkpoints:
             self.save(step, updates)
 
     def save(self, step, updates, finished=False):
-        weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf where any is
-        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)
+        weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf if any is
+        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)  # --resume would diverge again
         model = {
             "script": SCRIPT,
             "env_id": self.args.env_id,

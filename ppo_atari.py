@@ -325,7 +325,7 @@ def main(argv=None):
             obs = torch.from_numpy(games.obs).to(device)
             with torch.no_grad():
                 logits, values = agent(obs)
-            stop_if_diverged(logits, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
+            stop_if_diverged(logits, global_step, run_dir, writer, args)  # PLUMBING: nan never comes back: stop now
             dist = Categorical(logits=logits)
             actions = dist.sample()
             agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
@@ -366,7 +366,7 @@ def main(argv=None):
             for mb in torch.tensor_split(agent_steps[torch.randperm(len(agent_steps))], args.num_minibatches):
                 # index_select copies whole observations, several times faster than b_obs[mb]
                 new_logits, new_values = agent(b_obs.index_select(0, mb))
-                stop_if_diverged(new_logits, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
+                stop_if_diverged(new_logits, global_step, run_dir, writer, args)  # PLUMBING: nan never comes back: stop now
                 new_dist = Categorical(logits=new_logits)
                 log_ratio = new_dist.log_prob(b_actions[mb]) - b_logprobs[mb]
                 ratio = log_ratio.exp()
@@ -783,8 +783,8 @@ class Checkpoints:
             self.save(step, updates)
 
     def save(self, step, updates, finished=False):
-        weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf where any is
-        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)
+        weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf if any is
+        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)  # --resume would diverge again
         model = {
             "script": SCRIPT,
             "env_id": self.args.env_id,

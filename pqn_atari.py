@@ -376,7 +376,7 @@ def main(argv=None):
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
                 updates += 1
-        stop_if_diverged(loss, global_step, run_dir, writer, args)  # PLUMBING: nan or inf: end the run
+        stop_if_diverged(loss, global_step, run_dir, writer, args)  # PLUMBING: nan never comes back: stop now
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/td_loss", loss.item(), global_step)
         writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
@@ -760,8 +760,8 @@ class Checkpoints:
             self.save(step, updates)
 
     def save(self, step, updates, finished=False):
-        weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf where any is
-        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)
+        weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf if any is
+        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)  # --resume would diverge again
         model = {
             "script": SCRIPT,
             "env_id": self.args.env_id,
