@@ -6,8 +6,9 @@ every `--learn-steps-period` environment steps one gradient step moves Q(s, a) t
 TD target r + gamma * max_a' Q_target(s', a'). A target network, copied every
 `--target-network-frequency` steps, keeps that target still.
 
-Multi-process: `--workers-count` worker processes each play one game with a copy of the Q-network
-whose weights live in shared memory, and send their transitions to the learner over their own pipe.
+Multi-process: `--workers-count` worker processes each play one game, all acting with one CPU copy
+of the Q-network in shared memory that the learner refreshes, and send their transitions to the
+learner over their own pipe.
 The main process learns from them, so `--learn-steps-period` counts transitions from all workers;
 a pipe holds less than one message, so workers wait for the learner rather than run ahead of it.
 
