@@ -128,10 +128,12 @@ def read_csv(path):
             elif line.strip() and not line.startswith("step,"):
                 step, value, seconds = line.split(",")
                 rows.append((int(step), float(seconds), float(value)))
+    if not isinstance(params := json.loads(header["hyperparameters"]), dict):
+        raise ValueError("its hyperparameters line holds no table of flags")
     return {
         "name": os.path.basename(path)[: -len(".csv")],
         "command": header["command"],
-        "params": json.loads(header["hyperparameters"]),
+        "params": params,
         "steps": int(header["steps"]),
         "seconds": float(header["seconds"]),
         "updates": None if header["updates"] == "-" else int(header["updates"]),

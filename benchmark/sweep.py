@@ -39,6 +39,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 from compare import free_path, write_csv  # noqa: E402
 
@@ -47,6 +48,12 @@ def jobs_count(text):
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of runs at once, 1 or more, got {text!r}")
     return int(text)
+
+
+def is_start_of(flag, option):
+    """Whether argparse would read FLAG (--name or --name=value) as OPTION: all of it, or a start of it."""
+    name = flag.split("=")[0]
+    return name.startswith("--") and len(name) > 2 and option.startswith(name)
 
 
 def load_script(script_path):
@@ -124,9 +131,12 @@ def main(argv=None):
             p.error(f"argument --runs: {entry!r} cannot be split as a shell would: {error}")
         if not entries[-1]:
             p.error(f"argument --runs: an empty entry {entry!r}: each is a script and its flags, e.g. 'dqn_atari.py'")
-        if not os.path.isfile(os.path.join(ROOT, entries[-1][0])):
-            p.error(f"argument --runs: no script {entries[-1][0]} in {ROOT}")
-        if {"--resume", "-h", "--help"} & {flag.split("=")[0] for flag in entries[-1][1:]}:
+        if entries[-1][0] not in SCRIPTS:  # by its name alone: the name goes into the logs' names
+            p.error(
+                f"argument --runs: {entries[-1][0]!r} is not one of the scripts, named without a folder: {', '.join(SCRIPTS)}"
+            )
+        # argparse takes any start of a flag that no other flag shares: --he is --help, --res --resume
+        if any(flag == "-h" or is_start_of(flag, "--resume") or is_start_of(flag, "--help") for flag in entries[-1][1:]):
             p.error(
                 f"argument --runs: {entry!r}: a sweep starts its runs and goes on with them itself: no --resume, no --help"
             )

@@ -652,6 +652,16 @@ def test_compare_refuses_a_folder_without_runs_and_a_foreign_csv(tmp_path):
     assert proc.returncode == 2 and "argument --last" in proc.stderr
 
 
+def test_compare_refuses_a_csv_whose_hyperparameters_are_no_table(tmp_path, capsys):
+    hand_made(tmp_path, "run", [(100, 1.0, 10.0)])
+    path = tmp_path / "run.csv"
+    path.write_text(re.sub(r"# hyperparameters: .*", "# hyperparameters: []", path.read_text()))
+    assert refused(compare.main, [str(path)], capsys) == (
+        f"argument RUN: {path} is not a results CSV (see docs/results/README.md): "
+        "ValueError('its hyperparameters line holds no table of flags')"
+    )
+
+
 def test_compare_refuses_another_programs_events_and_an_empty_events_file(tmp_path, capsys):
     """TensorBoard events no script of this project wrote (no hyperparameters table), or an events file
     of 0 bytes: one error line naming the folder, for the table and for --export, and no CSV written."""
@@ -785,6 +795,13 @@ def test_sweep_refuses_bad_runs_budget_seeds_and_folders_before_starting(in_tmp,
         'argument --runs: "x \'unterminated" cannot be split as a shell would: No closing quotation'
     )
     assert refused(sweep_tool.main, [*run, "--out", "afile"], capsys) == "argument --out: afile is a file, not a folder"
+    for script in ("./dqn_atari.py", os.path.join(ROOT, "dqn_atari.py"), "benchmark/compare.py", "README.md"):
+        assert refused(sweep_tool.main, ["--runs", script], capsys) == (
+            f"argument --runs: {script!r} is not one of the scripts, named without a folder: dqn_atari.py, "
+            "dqn_atari_vec.py, dqn_atari_mp.py, a2c_batched.py, ppo_atari.py, pqn_atari.py"
+        )
+    for flag in ("-h", "--he", "--help", "--res=runs/x", "--resume"):  # argparse reads --he as --help
+        assert refused(sweep_tool.main, ["--runs", f"dqn_atari.py {flag}"], capsys).endswith("no --resume, no --help")
     assert refused(sweep_tool.main, [*run, "--out", "afile/x"], capsys) == (
         "argument --out: cannot make the folder afile/x/logs: Not a directory"
     )
