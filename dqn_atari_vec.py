@@ -173,11 +173,12 @@ class AtariGames:
     """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
 
     - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
-      copies of its first frame (AtariVectorEnv's own stack would run on across a lost life).
-    - Steps played for the agent, neither transitions nor counted (as in CleanRL): FIRE, then
-      action 2 to start a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for
-      it; NOOP in a game without FIRE; CleanRL plays NOOP, FIRE, 2 there), and the step that resets
-      a finished game, which ignores its action (gymnasium's default).
+      copies of its first frame (AtariVectorEnv's own stack, as envpool's, would run on across a lost life).
+    - Steps played for the agent, neither transitions nor counted (as in CleanRL's DQN and PPO; its
+      envpool PQN counts the step that resets a game and learns from it): FIRE, then action 2 to start
+      a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for it; NOOP in a game
+      without FIRE; CleanRL plays NOOP, FIRE, 2 there, envpool random no-ops, then FIRE), and the step
+      that resets a finished game, which ignores its action (gymnasium's default).
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
       the whole game's real score and its length in the agent's steps."""
 
@@ -372,7 +373,7 @@ def main(argv=None):
 
         # The emulator runs in its own C++ thread: send the actions, learn while it plays, collect.
         agent_acted = games.send(actions)  # False where the step is played for the agent: no transition
-        new_steps = np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL counts them
+        new_steps = np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL's DQN and PPO count them
         global_step += new_steps
 
         # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started

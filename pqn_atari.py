@@ -169,11 +169,12 @@ class AtariGames:
     """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
 
     - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
-      copies of its first frame (AtariVectorEnv's own stack would run on across a lost life).
-    - Steps played for the agent, neither transitions nor counted (as in CleanRL): FIRE, then
-      action 2 to start a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for
-      it; NOOP in a game without FIRE; CleanRL plays NOOP, FIRE, 2 there), and the step that resets
-      a finished game, which ignores its action (gymnasium's default).
+      copies of its first frame (AtariVectorEnv's own stack, as envpool's, would run on across a lost life).
+    - Steps played for the agent, neither transitions nor counted (as in CleanRL's DQN and PPO; its
+      envpool PQN counts the step that resets a game and learns from it): FIRE, then action 2 to start
+      a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for it; NOOP in a game
+      without FIRE; CleanRL plays NOOP, FIRE, 2 there, envpool random no-ops, then FIRE), and the step
+      that resets a finished game, which ignores its action (gymnasium's default).
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
       the whole game's real score and its length in the agent's steps."""
 
@@ -335,7 +336,7 @@ def main(argv=None):
                 q_values = agent(obs)
             actions = epsilon_greedy(q_values, epsilon, rng)
             agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
-            global_step += np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL counts them
+            global_step += np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL's DQN and PPO count them
             rewards, dones, finished = games.recv()
             rollout_obs[step] = obs
             rollout_actions[step] = actions
