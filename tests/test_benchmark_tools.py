@@ -208,7 +208,9 @@ def test_sweep_gives_each_child_one_thread_when_running_several(monkeypatch, tmp
         return real_popen([sys.executable, "-c", probe], **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    for jobs, threads in ((2, "1 1"), (1, None)):
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # not the suite's 1: the children's 1 must come from sweep.py
+    monkeypatch.setenv("MKL_NUM_THREADS", "4")
+    for jobs, threads in ((2, "1 1"), (1, "4 4")):
         out = tmp_path / f"jobs{jobs}"
         code = sweep_tool.main(
             [
@@ -227,9 +229,8 @@ def test_sweep_gives_each_child_one_thread_when_running_several(monkeypatch, tmp
         )
         assert code == 0
         logs = [open(out / "logs" / name).read().strip().splitlines()[-1] for name in sorted(os.listdir(out / "logs"))]
-        if threads:
-            assert logs == [threads] * 2 and all(env["OMP_NUM_THREADS"] == "1" for env in children[-2:])
-        else:  # --jobs 1 keeps torch's own thread count, as before --jobs existed
+        assert logs == [threads] * 2
+        if jobs == 1:  # --jobs 1 keeps the thread count it was given, torch's own by default
             assert children[-2:] == [None, None]
     assert "2 of 2 runs ended well" in capsys.readouterr().out
 

@@ -293,10 +293,12 @@ def test_stop_workers_kills_and_reaps_a_worker_that_does_not_stop(monkeypatch):
     stop, started = context.RawValue("b", 0), time.time()
     dqn_atari_mp.stop_workers([], stubborn, stop)
     assert stop.value and time.time() - started < 5
+    time.sleep(0.5)  # time for a kill not waited for to land: its process would be a zombie by now
     for process in stubborn:
-        assert process.exitcode == -signal.SIGKILL
+        # first: reading process.exitcode would reap the process itself (os.waitpid)
         with pytest.raises(ProcessLookupError):  # reaped: the pid is gone, not a zombie
             os.kill(process.pid, 0)
+        assert process.exitcode == -signal.SIGKILL
 
 
 def test_every_stored_row_is_as_likely_whatever_the_workers_pace():

@@ -1,5 +1,6 @@
 """dqn_atari_vec.py: the same DQN on several environments, on real ALE games (and on tests/catch.py)."""
 
+import glob
 import os
 
 import catch
@@ -249,7 +250,7 @@ def test_soft_updates_count_every_environments_steps(in_tmp, monkeypatch, one_to
 def test_td_targets_come_from_the_target_network_that_follows_the_q_network(script, in_tmp, monkeypatch):
     """Catch, 2 games (1 in dqn_atari.py), the target network copied every 100 steps, an update every 2:
     every TD target bootstraps from the target network, never from the network being trained, and
-    that network changes only where a copy is due."""
+    that network changes only where a copy is due; --save-model saves the network trained."""
     forwards, bootstraps, ended = [], [], []
     forward, td_target, end_run = script.QNetwork.forward, script.td_target, script.end_run
 
@@ -270,8 +271,11 @@ def test_td_targets_come_from_the_target_network_that_follows_the_q_network(scri
         monkeypatch.setattr(script, name, spy)
     monkeypatch.setattr(script.QNetwork, "forward", spy_forward)
     envs = ["--envs-count", "2"] if script is dqn_atari_vec else []
-    flags = ["--total-timesteps", "400", "--learning-starts", "100", "--buffer-size", "400", "--batch-size", "8"]
-    catch_returns(script, flags + envs + ["--learn-steps-period", "2", "--target-network-frequency", "100"], monkeypatch)
+    flags = ["--total-timesteps", "450", "--learning-starts", "100", "--buffer-size", "400", "--batch-size", "8"]
+    save = ["--save-model", "--eval-episodes", "1"]
+    catch_returns(
+        script, flags + envs + save + ["--learn-steps-period", "2", "--target-network-frequency", "100"], monkeypatch
+    )
     (q_network,) = ended
     assert len(bootstraps) >= 140 and all(network is not q_network for network, _ in bootstraps)
     assert len({id(network) for network, _ in bootstraps}) == 1, "one target network"
@@ -279,4 +283,9 @@ def test_td_targets_come_from_the_target_network_that_follows_the_q_network(scri
         any(not torch.equal(a, b) for a, b in zip(before, after))
         for (_, before), (_, after) in zip(bootstraps, bootstraps[1:])
     )
-    assert copies == 2, "copied at steps 200 and 300 (at 100 learning has not started: the copy is the same network)"
+    assert copies == 3, "copied at steps 200, 300 and 400 (at 100 learning has not started: the copy is the same network)"
+    # --save-model saves the network trained, not the target network, which has missed the updates since step 400
+    (model_path,) = glob.glob(os.path.join("runs", "*", f"{script.__name__}.pt"))
+    saved = torch.load(model_path, weights_only=True)["state_dict"]
+    assert all(torch.equal(saved[name], weights) for name, weights in q_network.state_dict().items())
+    assert not all(torch.equal(saved[name], weights) for name, weights in bootstraps[-1][0].state_dict().items())

@@ -534,7 +534,7 @@ def test_eval_epsilon_is_the_share_of_random_actions_in_the_evaluation(script, i
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_the_evaluation_plays_at_the_final_epsilon_unless_told(script, in_tmp):
+def test_eval_epsilon_defaults_to_the_final_epsilon_unless_told(script, in_tmp):
     """As CleanRL's evaluations: the Q-learning scripts' at --end-e (CleanRL's DQN passes its end_e),
     A2C's and PPO's with no random action (the policy draws its own)."""
     mod = module(script)

@@ -171,12 +171,10 @@ def test_breakout_run_logs_every_tag(tmp_path, monkeypatch):
     lr_steps, lr = scalars["charts/learning_rate"]
     assert len(lr) >= steps // (envs * length) and (np.diff(lr_steps) <= envs * length).all()
     np.testing.assert_allclose(lr, 2.5e-4 * (1 - np.concatenate([[0], lr_steps[:-1]]) / steps), rtol=1e-5)
-    clipfrac, entropy = scalars["losses/clipfrac"][1], scalars["losses/entropy"][1]
-    assert ((0 <= clipfrac) & (clipfrac <= 1)).all()
-    assert (scalars["losses/approx_kl"][1] >= -1e-6).all()
+    # (clipfrac, approx_kl and explained_variance: their values in test_one_update_matches_a_hand_computation)
+    entropy = scalars["losses/entropy"][1]
     assert ((0 < entropy) & (entropy <= math.log(4) + 1e-6)).all()
     assert (scalars["losses/value_loss"][1] >= 0).all()
-    assert (scalars["losses/explained_variance"][1] <= 1).all()
 
 
 def test_same_seed_same_run(in_tmp):

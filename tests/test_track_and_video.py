@@ -129,11 +129,17 @@ def test_every_evaluation_films_its_games(script, tmp_path):
     """Each script's own evaluate, given a video folder, films each game it plays with the shared code
     (evaluation_games and VideoRecorder are the same in every script: test_long_runs.py checks it)."""
     pytest.importorskip("imageio_ffmpeg")
+    import imageio.v3 as iio
+
     torch.manual_seed(0)
     network = (script.Agent if hasattr(script, "Agent") else script.QNetwork)(4)
     returns = script.evaluate(network, "breakout", 7, 2, 0.5, "cpu", tmp_path)  # half the actions random: short games
     assert len(returns) == 2
     assert sorted(os.listdir(tmp_path)) == [f"eval_game_{i}{kind}.mp4" for i in (0, 1) for kind in ("", "_agent")]
+    for i in (0, 1):  # whole films, not their first frames: the screen and the agent's view, frame for frame
+        screen = iio.imread(os.path.join(tmp_path, f"eval_game_{i}.mp4"))
+        view = iio.imread(os.path.join(tmp_path, f"eval_game_{i}_agent.mp4"))
+        assert len(screen) > 20 and screen.shape == (len(screen), *SCREEN) and view.shape == (len(screen), 336, 336, 3)
 
 
 def test_capture_video_refuses_to_film_another_game(tmp_path):
