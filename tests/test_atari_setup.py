@@ -29,20 +29,18 @@ RELAUNCH_STEPS = 1  # the step after a lost life (FIRE) or after a game's end (t
 LAUNCH_STEPS = 2  # a game's start, after the reset: FIRE, then action 2 (CleanRL's FireResetEnv)
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
-def test_push_frames_by_hand(script):
+def test_push_frames_by_hand():  # the same code in every script: test_long_runs.py checks it
     obs = np.arange(2 * 4).reshape(2, 4, 1, 1).astype(np.uint8)  # env 0: frames 0-3, env 1: frames 4-7
     frames = np.array([10, 20], dtype=np.uint8).reshape(2, 1, 1, 1)
-    stacks = script.push_frames(obs, frames, np.array([False, True]))
+    stacks = dqn_atari.push_frames(obs, frames, np.array([False, True]))
     assert stacks[0].ravel().tolist() == [1, 2, 3, 10]  # the oldest frame drops out
     assert stacks[1].ravel().tolist() == [20, 20, 20, 20]  # a new episode: four copies of its first frame
     assert obs.ravel().tolist() == list(range(8)), "the old stacks are left as they were"
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda m: m.__name__)
-def test_only_breakout_and_other_fire_games_get_fire(script):
+def test_only_breakout_and_other_fire_games_get_fire():  # the same code in every script: test_long_runs.py checks it
     for game, expected in [("breakout", 1), ("pong", 1), ("freeway", 0)]:  # Freeway has no FIRE
-        games = script.AtariGames(game, 1, 0)
+        games = dqn_atari.AtariGames(game, 1, 0)
         action_set = games.envs.ale.get_action_set()
         assert games.fire == expected and (expected == 0 or action_set[expected].name == "FIRE")
         assert games.launch == ([expected, 2] if expected else [])  # FIRE, then action 2, where the game has FIRE

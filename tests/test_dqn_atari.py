@@ -411,14 +411,12 @@ def test_trains_where_the_system_does_not_say_how_much_memory_is_free(in_tmp, mo
     assert np.isfinite(scalars["losses/td_loss"][1]).all() and len(scalars["losses/td_loss"][1]) == 2  # every 100 updates
 
 
-@pytest.mark.parametrize("script", ["dqn_atari", "dqn_atari_vec", "dqn_atari_mp"])
-def test_free_memory_is_none_where_the_system_does_not_tell(script, monkeypatch):
-    """The same function in the three scripts: Linux tells; macOS (a sysconf without SC_AVPHYS_PAGES) and
-    Windows (no os.sysconf) do not, and there the check is skipped instead of failing."""
-    module = __import__(script)
-    assert module.available_memory_bytes() > 0  # Linux: /proc/meminfo
+def test_free_memory_is_none_where_the_system_does_not_tell(monkeypatch):
+    """The same function in every script (test_long_runs.py checks it): Linux tells; macOS (a sysconf without
+    SC_AVPHYS_PAGES) and Windows (no os.sysconf) do not, and there the check is skipped instead of failing."""
+    assert dqn_atari.available_memory_bytes() > 0  # Linux: /proc/meminfo
     hide_meminfo(monkeypatch)
-    assert module.available_memory_bytes() > 0  # other Unixes: sysconf
+    assert dqn_atari.available_memory_bytes() > 0  # other Unixes: sysconf
     real_sysconf = os.sysconf
 
     def sysconf_of_macos(name):
@@ -427,9 +425,9 @@ def test_free_memory_is_none_where_the_system_does_not_tell(script, monkeypatch)
         return real_sysconf(name)
 
     monkeypatch.setattr(os, "sysconf", sysconf_of_macos)
-    assert module.available_memory_bytes() is None
+    assert dqn_atari.available_memory_bytes() is None
     monkeypatch.delattr(os, "sysconf")  # as on Windows
-    assert module.available_memory_bytes() is None
+    assert dqn_atari.available_memory_bytes() is None
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(in_tmp):
