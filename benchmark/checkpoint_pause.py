@@ -64,11 +64,15 @@ def main(argv=None):
     ):
         if value < 1:
             p.error(f"argument {flag}: must be a positive integer, got {value}")
-    if not args.rate > 0:  # (nan too)
-        p.error(f"argument --rate: must be a number of steps/s above 0, got {args.rate}")
+    if not 1 <= args.rate <= 1e6:  # (nan too) below a step a second, the run would take days
+        p.error(f"argument --rate: must be a number of steps/s from 1 to 1,000,000, got {args.rate}")
     # the temporary directory is made in it, and deleted after: a folder made for it would be left behind
     if args.dir is not None and not (os.path.isdir(args.dir) and os.access(args.dir, os.W_OK | os.X_OK)):
         p.error(f"argument --dir: no folder {args.dir} that this user can write into")
+    try:  # (some folders refuse even root: /sys, /proc)
+        os.rmdir(tempfile.mkdtemp(dir=args.dir))
+    except OSError as error:
+        p.error(f"argument --dir: cannot make a folder in {args.dir or tempfile.gettempdir()}: {error.strerror}")
     import torch
 
     torch.set_num_threads(1)
@@ -135,4 +139,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from stopping import run_until_stopped  # (benchmark/, this file's folder, is first on sys.path)
+
+    sys.exit(run_until_stopped(main))

@@ -26,6 +26,8 @@ import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+from compare import free_path  # noqa: E402
 
 
 def positive_int(text):
@@ -68,12 +70,23 @@ def main():
     p.add_argument("--cleanrl-script", required=True, help="CleanRL's cleanrl/pqn_atari_envpool.py")
     p.add_argument("--total-timesteps", type=positive_int, default=15 * 1024, help="steps of each run (1,024 a rollout)")
     p.add_argument("--rounds", type=positive_int, default=2, help="runs of each script, in turn")
-    p.add_argument("--logs", default="cleanrl_speed_logs", help="folder for each run's output")
+    p.add_argument("--logs", default="cleanrl_speed_logs", help="folder for each run's output (LOGS_2... if it exists)")
     args = p.parse_args()
     for path, flag in ((args.cleanrl_python, "--cleanrl-python"), (args.cleanrl_script, "--cleanrl-script")):
         if not os.path.isfile(path):
             p.error(f"argument {flag}: no file {path}")
-    os.makedirs(args.logs, exist_ok=True)
+    if not os.access(args.cleanrl_python, os.X_OK):
+        p.error(f"argument --cleanrl-python: {args.cleanrl_python} is not a program this user can run")
+    if args.total_timesteps < 3 * 1024:  # the rate is timed from the second update to the last
+        p.error(
+            f"argument --total-timesteps: must be at least 3,072 (three rollouts of 1,024 steps), got {args.total_timesteps}"
+        )
+    args.logs = free_path(args.logs)  # an earlier sitting's logs are kept
+    try:
+        os.makedirs(args.logs)
+    except OSError as error:
+        p.error(f"argument --logs: cannot make the folder {args.logs}: {error.strerror}")
+    print(f"logs: {args.logs}", flush=True)
     steps = str(args.total_timesteps)
     commands = {
         "pqn_atari.py": [sys.executable, os.path.join(ROOT, "pqn_atari.py"), "--total-timesteps", steps, "--no-cuda"],
@@ -102,4 +115,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from stopping import run_until_stopped  # (benchmark/, this file's folder, is first on sys.path)
+
+    sys.exit(run_until_stopped(main))

@@ -162,7 +162,8 @@ def phase_rate(script, args, learning, threads=None):
         events = EventAccumulator(run_dir)
         events.Reload()
         points = [e for e in events.Scalars("charts/updates") if (e.value > 0) == learning]
-    assert len(points) >= 2, f"{script}: fewer than two progress lines in the phase; give it more steps"
+    if len(points) < 2:  # (a progress line every 5 s) a large K makes few updates: the phase goes by too fast to time
+        sys.exit(f"error: {script}: fewer than two progress lines in the phase timed; a smaller --learn-steps-periods K")
     first, last = points[0], points[-1]
     return (last.step - first.step) / (last.wall_time - first.wall_time)
 
@@ -200,8 +201,8 @@ def main(argv=None):
         p.error(f"argument --seconds: must be a finite number of seconds, 1 or more, got {args.seconds}")
     if args.repeats < 1:
         p.error(f"argument --repeats: must be a positive integer, got {args.repeats}")
-    if any(k < 1 for k in args.learn_steps_periods):
-        p.error("argument --learn-steps-periods: each K must be a positive integer")
+    if any(not 1 <= k <= 1000 for k in args.learn_steps_periods):  # the phase timed is 4,000 steps: a few updates at least
+        p.error("argument --learn-steps-periods: each K must be an integer from 1 to 1,000")
     if any(n < 1 for n in args.threads_counts):
         p.error("argument --threads-counts: each N must be a positive integer")
     os.environ.pop("OMP_NUM_THREADS", None)  # the scripts run with torch's default unless --threads-counts says
@@ -363,4 +364,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from stopping import run_until_stopped  # (benchmark/, this file's folder, is first on sys.path)
+
+    sys.exit(run_until_stopped(main))

@@ -179,6 +179,8 @@ def main():
         p.error(f"argument --tries: must be a positive integer, got {args.tries}")
     if not 0 <= args.max_delay < float("inf"):  # (nan too: time.sleep refuses it, once the runs have started)
         p.error(f"argument --max-delay: must be a finite number of seconds >= 0, got {args.max_delay}")
+    if not 0 <= args.seed <= 2**30 - args.tries:  # try n runs with --seed + n, in the scripts' range
+        p.error(f"argument --seed: must be in [0, 2**30 - --tries] = [0, {2**30 - args.tries:,}], got {args.seed}")
     if not become_subreaper():
         print("note: no prctl (not Linux): orphans go to init, and a zombie it has not reaped yet counts as alive")
     rng = random.Random(args.seed)
@@ -213,4 +215,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from stopping import run_until_stopped  # (benchmark/, this file's folder, is first on sys.path)
+
+    sys.exit(run_until_stopped(main))

@@ -62,7 +62,13 @@ def parse_args():
         default=2,
         help="iterations' worth of passes timed for the bound, before and after the script",
     )
-    return p.parse_args()
+    args = p.parse_args()
+    if args.threads > os.cpu_count():  # more would only wait for each other (and 10**5 crash the emulator)
+        p.error(f"argument --threads: must be at most the {os.cpu_count()} cores here, got {args.threads}")
+    for flag, value in (("--iterations", args.iterations), ("--bound-iterations", args.bound_iterations)):
+        if value > 10_000:  # 10,000 of PPO's: 10M steps, hours; the actions drawn for them are kept in memory
+            p.error(f"argument {flag}: must be at most 10,000, got {value}")
+    return args
 
 
 def network_and_optimizer(script, actions_count, learning_rate):
@@ -187,4 +193,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from stopping import run_until_stopped  # (benchmark/, this file's folder, is first on sys.path)
+
+    sys.exit(run_until_stopped(main))

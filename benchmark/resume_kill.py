@@ -75,8 +75,8 @@ def main(argv=None):
         p.error(f"argument --tries: must be a positive integer, got {args.tries}")
     if not 0 <= args.max_delay < float("inf"):
         p.error(f"argument --max-delay: must be a finite number of seconds >= 0, got {args.max_delay}")
-    if args.save_every < 1:
-        p.error(f"argument --save-every: must be a positive integer, got {args.save_every}")
+    if not 1 <= args.save_every <= 2**62:  # the scripts' own range
+        p.error(f"argument --save-every: must be an integer in [1, 2**62], got {args.save_every}")
     rng = random.Random(args.seed)
     script = os.path.join(ROOT, args.script)
     counts = {"kills": 0, "during checkpoint.pt": 0, "with unnamed replay files": 0, "resumes that loaded": 0}
@@ -144,4 +144,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from stopping import run_until_stopped  # (benchmark/, this file's folder, is first on sys.path)
+
+    sys.exit(run_until_stopped(main))

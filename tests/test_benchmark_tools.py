@@ -704,6 +704,31 @@ def test_cleanrl_speed_refuses_a_missing_python_or_script_and_reads_a_runs_rate(
     assert cleanrl_speed.steps_per_second(str(tmp_path)) == pytest.approx((4096 - 2048) / (107.0 - 103.0))
 
 
+def test_cleanrl_speed_refuses_what_would_fail_after_a_run_and_keeps_earlier_logs(in_tmp, monkeypatch, capsys):
+    import cleanrl_speed  # from benchmark/, on the path (above)
+
+    (in_tmp / "plain.py").write_text("")  # a file, but no program
+    (in_tmp / "cleanrl_speed_logs").mkdir()
+    (in_tmp / "cleanrl_speed_logs" / "round1_0.log").write_text("an earlier sitting's")
+    both = ["--cleanrl-python", sys.executable, "--cleanrl-script", "plain.py"]
+    for argv, message in (
+        (
+            ["--cleanrl-python", "plain.py", "--cleanrl-script", "plain.py"],
+            "argument --cleanrl-python: plain.py is not a program",
+        ),
+        ([*both, "--total-timesteps", "3071"], "argument --total-timesteps: must be at least 3,072"),
+        ([*both, "--logs", "plain.py/logs"], "argument --logs: cannot make the folder plain.py/logs: Not a directory"),
+    ):
+        monkeypatch.setattr(sys, "argv", ["cleanrl_speed.py", *argv])
+        assert refused(lambda _: cleanrl_speed.main(), None, capsys).startswith(message), argv
+    monkeypatch.setattr(cleanrl_speed, "run", lambda argv, log_path: open(log_path, "w").write("now") and 100.0)
+    monkeypatch.setattr(sys, "argv", ["cleanrl_speed.py", *both, "--rounds", "1"])
+    cleanrl_speed.main()
+    assert (in_tmp / "cleanrl_speed_logs" / "round1_0.log").read_text() == "an earlier sitting's"
+    assert sorted(os.listdir(in_tmp / "cleanrl_speed_logs_2")) == ["round1_0.log", "round1_1.log"]
+    assert "ratio 1.00" in capsys.readouterr().out
+
+
 def test_dqn_speed_refuses_a_thread_count_below_one_and_splits_the_loops_time_into_its_parts():
     proc = run_tool("dqn_speed.py", "--threads-counts", 2, 0)
     assert proc.returncode == 2 and "argument --threads-counts" in proc.stderr and "Traceback" not in proc.stderr
@@ -830,25 +855,47 @@ def test_benchmarks_refuse_bad_numbers_and_folders_before_starting(in_tmp, monke
     assert run_bad("benchmark/mp_kill.py", ["--max-delay", "nan"], in_tmp) == (
         "mp_kill.py: error: argument --max-delay: must be a finite number of seconds >= 0, got nan"
     )
+    assert run_bad("benchmark/mp_kill.py", ["--seed", "-5"], in_tmp) == (
+        "mp_kill.py: error: argument --seed: must be in [0, 2**30 - --tries] = [0, 1,073,741,774], got -5"
+    )
+    # ppo_speed.py: 10**5 threads crashed the emulator; 10**9 iterations' actions need terabytes
+    assert run_bad("benchmark/ppo_speed.py", ["--threads", str(os.cpu_count() + 1)], in_tmp) == (
+        f"ppo_speed.py: error: argument --threads: must be at most the {os.cpu_count()} cores here, got {os.cpu_count() + 1}"
+    )
+    assert run_bad("benchmark/ppo_speed.py", ["--iterations", "10001"], in_tmp) == (
+        "ppo_speed.py: error: argument --iterations: must be at most 10,000, got 10001"
+    )
     monkeypatch.setattr(subprocess, "Popen", not_now)  # no run of a script starts (subprocess.run too)
     monkeypatch.setattr(dqn_speed, "bare_update_rate", not_now)  # dqn_speed's first measurement
     monkeypatch.setattr(checkpoint_pause.dqn_atari, "parse_args", not_now)  # checkpoint_pause's first step
     cases = [
         (dqn_speed, ["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+        (
+            dqn_speed,
+            ["--learn-steps-periods", "4", "4001"],
+            "argument --learn-steps-periods: each K must be an integer from 1 to 1,000",
+        ),
         (dqn_speed, ["--seconds", "-1"], "argument --seconds: must be a finite number of seconds, 1 or more, got -1.0"),
         (dqn_speed, ["--seconds", "0"], "argument --seconds: must be a finite number of seconds, 1 or more, got 0.0"),
         (resume_kill, ["--max-delay", "-1"], "argument --max-delay: must be a finite number of seconds >= 0, got -1.0"),
         (resume_kill, ["--tries", "0"], "argument --tries: must be a positive integer, got 0"),
-        (resume_kill, ["--save-every", "0"], "argument --save-every: must be a positive integer, got 0"),
+        (resume_kill, ["--save-every", "0"], "argument --save-every: must be an integer in [1, 2**62], got 0"),
+        (
+            resume_kill,
+            ["--save-every", str(2**62 + 1)],
+            f"argument --save-every: must be an integer in [1, 2**62], got {2**62 + 1}",
+        ),
         (checkpoint_pause, ["--dir", "nowhere"], "argument --dir: no folder nowhere that this user can write into"),
-        (checkpoint_pause, ["--rate", "0"], "argument --rate: must be a number of steps/s above 0, got 0.0"),
+        (checkpoint_pause, ["--rate", "0.5"], "argument --rate: must be a number of steps/s from 1 to 1,000,000, got 0.5"),
+        (checkpoint_pause, ["--rate", "inf"], "argument --rate: must be a number of steps/s from 1 to 1,000,000, got inf"),
+        (checkpoint_pause, ["--dir", "/proc"], "argument --dir: cannot make a folder in /proc: "),
         (checkpoint_pause, ["--checkpoints", "0"], "argument --checkpoints: must be a positive integer, got 0"),
         (checkpoint_pause, ["--save-every", "0"], "argument --save-every: must be a positive integer, got 0"),
         (gpu_check, ["--timeout", "-1"], "argument --timeout: must be a finite number of seconds above 0, got -1.0"),
         (gpu_check, ["--timeout", "0"], "argument --timeout: must be a finite number of seconds above 0, got 0.0"),
     ]
     for tool, argv, message in cases:
-        assert refused(tool.main, argv, capsys) == message, (tool.__name__, argv)
+        assert refused(tool.main, argv, capsys).startswith(message), (tool.__name__, argv)
     assert os.listdir(in_tmp) == []
 
 
@@ -863,3 +910,22 @@ def test_compare_finds_a_run_once_whatever_its_path_and_reaches_a_fractional_sco
     run = {"curve": (list(range(11)), list(range(11)), [1.0] + [1.1] * 10)}
     assert compare.reached_at(run, 1.1, 10) == 10  # ten games of 1.1 sum to 10.999999999999998 in floating point
     assert compare.reached_at(run, 1.1000001, 10) is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stopped_tool_ends_in_one_line_and_leaves_nothing_behind(signum, tmp_path):
+    """Every tool but sweep.py (its own) ends through stopping.run_until_stopped: kill and a closed terminal as
+    Ctrl-C, its cleanup run (here checkpoint_pause.py's run directory, some 35 MB, deleted); no traceback."""
+    for tool in ("checkpoint_pause", "cleanrl_speed", "dqn_speed", "gpu_check", "mp_kill", "ppo_speed", "resume_kill"):
+        with open(os.path.join(ROOT, "benchmark", f"{tool}.py")) as f:
+            assert f.read().endswith("    sys.exit(run_until_stopped(main))\n"), tool
+    command = [sys.executable, os.path.join(ROOT, "benchmark", "checkpoint_pause.py"), "--buffer-size", "1000"]
+    command += ["--save-every", "500", "--checkpoints", "100", "--rate", "100", "--dir", str(tmp_path)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while "ring filled" not in proc.stdout.readline():  # the ring's checkpoints first; then the paced steps
+        assert proc.poll() is None
+    assert os.listdir(tmp_path)  # its run directory, while it runs
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum and err == f"checkpoint_pause.py: stopped by {signum.name}\n", err
+    assert os.listdir(tmp_path) == []
