@@ -36,6 +36,7 @@ import datetime
 import glob
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -115,23 +116,29 @@ def run(script, flags, scratch, args, threads=None):
     threads = str(threads or args.threads or max(1, os.cpu_count() - workers))
     print(f"  python {shlex.join(command)}  (OMP_NUM_THREADS={threads})", end="", flush=True)
     cwd, start = tempfile.mkdtemp(dir=scratch), time.time()
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, script), *command[1:]],
+        cwd=cwd,
+        env=dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a group of its own: a timeout or a stop ends dqn_atari_mp.py's workers with it
+    )
     try:
-        proc = subprocess.run(
-            [sys.executable, os.path.join(ROOT, script), *command[1:]],
-            cwd=cwd,
-            env=dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads),
-            capture_output=True,
-            text=True,
-            timeout=args.timeout,
-        )
+        out, err = proc.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
         print(flush=True)
         raise CheckFailed(f"python {shlex.join(command)} ran past --timeout {args.timeout:g} s") from None
+    finally:
+        if proc.poll() is None:  # (the workers left would take cores from the next run timed)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     print(f": {time.time() - start:.0f} s", flush=True)
     if proc.returncode != 0:
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        tail = " | ".join((err or out).strip().splitlines()[-3:])
         raise CheckFailed(f"python {shlex.join(command)} exited {proc.returncode}: {tail}")
-    return proc.stdout, os.path.join(cwd, "runs", os.listdir(os.path.join(cwd, "runs"))[0])
+    return out, os.path.join(cwd, "runs", os.listdir(os.path.join(cwd, "runs"))[0])
 
 
 def scalars(run_dir):

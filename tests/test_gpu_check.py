@@ -12,7 +12,9 @@ import os
 import re
 import subprocess
 import sys
+import types
 
+import pytest
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
@@ -95,3 +97,21 @@ def test_without_cuda_it_stops_at_once(tmp_path):
     status, out, err = gpu_check([], tmp_path, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert status == 2 and out == ""
     assert err.startswith("no CUDA device: ") and "--cpu-only" in err, err
+
+
+def test_a_run_past_its_timeout_is_ended_with_its_workers(tmp_path):
+    """--timeout ends dqn_atari_mp.py and its worker processes at once, not the learner alone: workers left
+    running would take cores from the next run timed."""
+    args = types.SimpleNamespace(extra=[], threads=1, timeout=8.0)
+    flags = ["--no-cuda", "--total-timesteps", "100000", "--learning-starts", "100000", "--workers-count", "2"]
+    with pytest.raises(gpu_check_module.CheckFailed, match="ran past --timeout 8 s"):
+        gpu_check_module.run("dqn_atari_mp.py", flags, str(tmp_path), args)
+    left = []  # processes still in the run's directory
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if cwd.startswith(str(tmp_path)):
+            left.append((pid, cwd))
+    assert left == []
