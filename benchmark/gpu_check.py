@@ -32,8 +32,11 @@ the GPU they have little to do (the network and the batches live there). --threa
 """
 
 import argparse
+import contextlib
 import datetime
 import glob
+import importlib
+import io
 import os
 import shlex
 import signal
@@ -100,6 +103,20 @@ def flag_value(flags, name, default):
 
 def cuda_flag(device):
     return "--no-cuda" if device == "cpu" else "--cuda"
+
+
+def refused(script, flags):
+    """The script's own error for these flags (its parse_args, with every check it makes before a run), or None."""
+    sys.path.insert(0, ROOT)
+    module = importlib.import_module(script[: -len(".py")])  # a tool may import a script; scripts never import each other
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+        try:
+            module.parse_args(flags)
+        except SystemExit as stop:
+            if stop.code:  # argparse's last line: "PROG: error: MESSAGE"
+                return (said.getvalue().strip().splitlines() or [f"exit status {stop.code}"])[-1].split("error: ", 1)[-1]
+    return None
 
 
 def set_flag(flags, name, value):
@@ -270,6 +287,14 @@ def main(argv=None):
     if not 0 < args.timeout < float("inf"):  # (nan too)
         p.error(f"argument --timeout: must be a finite number of seconds above 0, got {args.timeout}")
     args.cpu_threads = [n for n in args.cpu_threads if n <= os.cpu_count()]
+    all_flags = QUICK_FLAGS if args.quick else FLAGS
+    for script in args.scripts:  # each run's flags as its script checks them, before the first run (an hour, on a GPU)
+        planned = [[*all_flags[script], "--save-model", "--eval-episodes", "1"]]
+        if script == "dqn_atari_mp.py":
+            planned += [set_flag(all_flags[script], "--workers-count", n) for n in args.workers_counts]
+        for flags in planned:
+            if error := refused(script, ["--no-cuda", *flags, *args.extra]):
+                p.error(f"argument --extra or --workers-counts: python {script} refuses its flags: {error}")
     if not args.cpu_only and not torch.cuda.is_available():
         message = f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) finds none"
         p.exit(2, f"{message}; --cpu-only runs the same checks on the CPU\n")
@@ -277,7 +302,6 @@ def main(argv=None):
     gpu_name = "none, --cpu-only: the CPU stands in" if args.cpu_only else torch.cuda.get_device_name()
     machine = f"torch {torch.__version__} (CUDA {torch.version.cuda}) | GPU: {gpu_name} | {os.cpu_count()} CPU cores"
     print(f"{datetime.datetime.now():%Y-%m-%d %H:%M} | {machine}", flush=True)
-    all_flags = QUICK_FLAGS if args.quick else FLAGS
     rates, mp_rates, cpu_rates, failures = {}, {}, {}, []
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as scratch:
         for script in args.scripts:

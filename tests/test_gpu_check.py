@@ -115,3 +115,20 @@ def test_a_run_past_its_timeout_is_ended_with_its_workers(tmp_path):
         if cwd.startswith(str(tmp_path)):
             left.append((pid, cwd))
     assert left == []
+
+
+def test_flags_a_script_refuses_are_refused_before_the_first_run(tmp_path, monkeypatch, capsys):
+    """A --workers-counts or --extra value that a script refuses stops the check before it runs anything
+    (it failed each run in turn, after the others had run: an hour, on a GPU)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gpu_check_module, "run", lambda *a, **k: pytest.fail("a run started"))
+    check = ["--cpu-only", "--quick", "--scripts", "dqn_atari.py", "dqn_atari_mp.py", "--cpu-threads"]
+    for flags, error in (
+        (["--workers-counts", str(2**62 + 1)], f"argument --workers-count: must be an integer in [1, 2**62], got {2**62 + 1}"),
+        (["--extra=--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            gpu_check_module.main(check + flags)
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].endswith(f"refuses its flags: {error}"), flags
+    assert os.listdir(tmp_path) == []
