@@ -203,8 +203,8 @@ def main(argv=None):
         p.error(f"argument --repeats: must be a positive integer, got {args.repeats}")
     if any(not 1 <= k <= 1000 for k in args.learn_steps_periods):  # the phase timed is 4,000 steps: a few updates at least
         p.error("argument --learn-steps-periods: each K must be an integer from 1 to 1,000")
-    if any(n < 1 for n in args.threads_counts):
-        p.error("argument --threads-counts: each N must be a positive integer")
+    if any(not 1 <= n <= os.cpu_count() for n in args.threads_counts):  # more would only wait for each other
+        p.error(f"argument --threads-counts: each N must be an integer from 1 to the {os.cpu_count()} cores here")
     os.environ.pop("OMP_NUM_THREADS", None)  # the scripts run with torch's default unless --threads-counts says
     torch.set_num_threads(os.cpu_count())  # the scripts' torch default; said on purpose
     default_threads = torch.get_num_threads()

@@ -872,6 +872,11 @@ def test_benchmarks_refuse_bad_numbers_and_folders_before_starting(in_tmp, monke
         (dqn_speed, ["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
         (
             dqn_speed,
+            ["--threads-counts", "1", str(os.cpu_count() + 1)],
+            f"argument --threads-counts: each N must be an integer from 1 to the {os.cpu_count()} cores here",
+        ),
+        (
+            dqn_speed,
             ["--learn-steps-periods", "4", "4001"],
             "argument --learn-steps-periods: each K must be an integer from 1 to 1,000",
         ),
