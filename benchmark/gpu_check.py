@@ -32,11 +32,8 @@ the GPU they have little to do (the network and the batches live there). --threa
 """
 
 import argparse
-import contextlib
 import datetime
 import glob
-import importlib
-import io
 import os
 import shlex
 import signal
@@ -50,6 +47,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+from sweep import flags_error  # noqa: E402  (each planned run's flags, checked by its script)
+
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 
 # A few thousand steps each: DQN learns for 4,000 steps (1,000 updates, 10 loss events) after 2,000
@@ -103,20 +103,6 @@ def flag_value(flags, name, default):
 
 def cuda_flag(device):
     return "--no-cuda" if device == "cpu" else "--cuda"
-
-
-def refused(script, flags):
-    """The script's own error for these flags (its parse_args, with every check it makes before a run), or None."""
-    sys.path.insert(0, ROOT)
-    module = importlib.import_module(script[: -len(".py")])  # a tool may import a script; scripts never import each other
-    said = io.StringIO()
-    with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
-        try:
-            module.parse_args(flags)
-        except SystemExit as stop:
-            if stop.code:  # argparse's last line: "PROG: error: MESSAGE"
-                return (said.getvalue().strip().splitlines() or [f"exit status {stop.code}"])[-1].split("error: ", 1)[-1]
-    return None
 
 
 def set_flag(flags, name, value):
@@ -293,7 +279,7 @@ def main(argv=None):
         if script == "dqn_atari_mp.py":
             planned += [set_flag(all_flags[script], "--workers-count", n) for n in args.workers_counts]
         for flags in planned:
-            if error := refused(script, ["--no-cuda", *flags, *args.extra]):
+            if error := flags_error(os.path.join(ROOT, script), ["--no-cuda", *flags, *args.extra], os.getcwd()):
                 p.error(f"argument --extra or --workers-counts: python {script} refuses its flags: {error}")
     if not args.cpu_only and not torch.cuda.is_available():
         message = f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) finds none"
