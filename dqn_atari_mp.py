@@ -347,6 +347,8 @@ class ReplayMemory:
 def worker(index, args, acting_network, pipe, shared_step, stop):
     """One actor: plays its own game and sends what it saw to the learner, SEND_BATCH steps at a time."""
     torch.set_num_threads(1)  # the learner needs the cores; acting is one small forward pass
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: Ctrl-C reaches every process; the learner stops its workers
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Its own exploration draws; a resumed run's workers draw anew from where it stood
     games, rng = AtariGames(args.env_id, 1, args.seed + index), np.random.default_rng((args.seed, index, shared_step.value))
     batch, finished, decay_steps = [], [], args.exploration_fraction * args.total_timesteps
@@ -405,7 +407,10 @@ def main(argv=None):
     # PLUMBING: run until done, Ctrl-C or a dead worker (checking on them is cheap), one batch at a time
     while global_step < args.total_timesteps and not stop_signals and not (failure := dead_worker(workers)):
         if not ready:
-            ready.extend(multiprocessing.connection.wait(pipes, timeout=1.0))
+            try:
+                ready.extend(multiprocessing.connection.wait(pipes, timeout=1.0))
+            except InterruptedError:  # Windows: Ctrl-C breaks the wait (after on_stop_signal ran); Unix retries it
+                pass
             continue
         pipe = ready.popleft()
         try:
@@ -1061,7 +1066,7 @@ class ReplayFiles:
         first = (pos - rows) % ring
         while rows > 0:
             count = min(rows, ring - first)
-            path = os.path.join("replay", f"{self.count:06d}.npy")
+            path = f"replay/{self.count:06d}.npy"  # "/" on every system: a run made on one resumes on another
             arrays = [field[first : first + count, col] for field in self.fields()]
             if in_background:
                 self.writing = self.thread.submit(write_rows, os.path.join(self.run_dir, path), arrays)
@@ -1114,7 +1119,7 @@ class ReplayFiles:
         self.named = {chunk[0] for chunks in self.chunks for chunk in chunks}
         self.count = 1 + max((int(os.path.basename(path)[:-4]) for path in self.named), default=-1)
         for name in os.listdir(os.path.join(self.run_dir, "replay")):  # written after the checkpoint, or cut by the kill
-            if os.path.join("replay", name) not in self.named:
+            if f"replay/{name}" not in self.named:
                 os.remove(os.path.join(self.run_dir, "replay", name))
 
     def delete(self):

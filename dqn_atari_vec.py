@@ -954,7 +954,7 @@ class ReplayFiles:
         first, rows = self.written_to, (self.replay.pos - self.written_to) % self.replay.rows
         while rows > 0:
             count = min(rows, self.replay.rows - first)
-            path = os.path.join("replay", f"{self.count:06d}.npy")
+            path = f"replay/{self.count:06d}.npy"  # "/" on every system: a run made on one resumes on another
             arrays = [field[first : first + count] for field in self.fields()]
             if in_background:
                 self.writing = self.thread.submit(write_rows, os.path.join(self.run_dir, path), arrays)
@@ -998,7 +998,7 @@ class ReplayFiles:
         self.named = {chunk[0] for chunk in self.chunks}
         self.count = 1 + max((int(os.path.basename(path)[:-4]) for path in self.named), default=-1)
         for name in os.listdir(os.path.join(self.run_dir, "replay")):  # written after the checkpoint, or cut by the kill
-            if os.path.join("replay", name) not in self.named:
+            if f"replay/{name}" not in self.named:
                 os.remove(os.path.join(self.run_dir, "replay", name))
 
     def delete(self):

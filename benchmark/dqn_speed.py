@@ -37,6 +37,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import dqn_atari  # noqa: E402  (a tool may import a script; scripts never import each other)
 
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+from sweep import torch_default_threads  # noqa: E402
+
 
 def bare_update_rate(seconds, batch_size=32):
     # the script's network, memory layout and optimizer
@@ -146,8 +149,7 @@ def each_part(cumulative_ms):
 def phase_rate(script, args, learning, threads=None):
     """Steps/s of one script run, from the wall times of its charts/updates events in one phase;
     threads: its torch thread count (OMP_NUM_THREADS), None for torch's default."""
-    env = dict(os.environ)
-    env.pop("OMP_NUM_THREADS", None)
+    env = {name: value for name, value in os.environ.items() if name not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     with tempfile.TemporaryDirectory() as cwd:
@@ -205,10 +207,9 @@ def main(argv=None):
         p.error("argument --learn-steps-periods: each K must be an integer from 1 to 1,000")
     if any(not 1 <= n <= os.cpu_count() for n in args.threads_counts):  # more would only wait for each other
         p.error(f"argument --threads-counts: each N must be an integer from 1 to the {os.cpu_count()} cores here")
-    os.environ.pop("OMP_NUM_THREADS", None)  # the scripts run with torch's default unless --threads-counts says
-    torch.set_num_threads(os.cpu_count())  # the scripts' torch default; said on purpose
-    default_threads = torch.get_num_threads()
-    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {default_threads} threads")
+    default_threads = torch_default_threads()  # the scripts run with it unless --threads-counts says
+    torch.set_num_threads(default_threads)  # the bare measurements too
+    print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__} with {default_threads} threads (its default)")
 
     updates_per_s = bare_update_rate(args.seconds)
     built_ms = learning_parts_ms(args.seconds * 1.5)

@@ -25,8 +25,8 @@ its last loss or charts/SPS event (one every 5 s and one at the end), over the s
 two. Start-up, the warm-up and the first updates, with CUDA's own warm-up, are left out.
 
 Thread counts are set, not inherited from the caller's environment: each run's OMP_NUM_THREADS is
-the cores that its actor processes leave (dqn_atari_mp.py's workers take one each and set their own
-single thread; the other scripts get every core, torch's default). The count is the same on GPU and
+torch's default (one thread a physical core) less one for each of its actor processes (dqn_atari_mp.py's
+workers set their own single thread; the other scripts get torch's default). The count is the same on GPU and
 CPU, so that the ratio compares the devices alone: on the CPU the learner needs those threads, on
 the GPU they have little to do (the network and the batches live there). --threads sets another.
 """
@@ -48,7 +48,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-from sweep import flags_error  # noqa: E402  (each planned run's flags, checked by its script)
+from sweep import flags_error, torch_default_threads  # noqa: E402  (each planned run's flags, checked by its script)
 
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 
@@ -113,10 +113,10 @@ def set_flag(flags, name, value):
 
 def run(script, flags, scratch, args, threads=None):
     """Run a script as a user does, in a directory of its own; its output and its run directory.
-    threads: its OMP_NUM_THREADS, where not --threads or the cores its workers leave."""
+    threads: its OMP_NUM_THREADS, where not --threads or the threads its workers leave of torch's default."""
     command = [script, *flags, *args.extra]
     workers = flag_value(command, "--workers-count", 0) if script == "dqn_atari_mp.py" else 0
-    threads = str(threads or args.threads or max(1, os.cpu_count() - workers))
+    threads = str(threads or args.threads or max(1, args.default_threads - workers))
     print(f"  python {shlex.join(command)}  (OMP_NUM_THREADS={threads})", end="", flush=True)
     cwd, start = tempfile.mkdtemp(dir=scratch), time.time()
     proc = subprocess.Popen(
@@ -286,7 +286,9 @@ def main(argv=None):
         p.exit(2, f"{message}; --cpu-only runs the same checks on the CPU\n")
     device, gpu = ("cpu", "CPU as GPU") if args.cpu_only else ("cuda", "GPU")  # gpu: the GPU column's name
     gpu_name = "none, --cpu-only: the CPU stands in" if args.cpu_only else torch.cuda.get_device_name()
-    machine = f"torch {torch.__version__} (CUDA {torch.version.cuda}) | GPU: {gpu_name} | {os.cpu_count()} CPU cores"
+    args.default_threads = torch_default_threads()  # one a physical core: fewer than the CPUs where cores run 2 threads
+    machine = f"torch {torch.__version__} (CUDA {torch.version.cuda}) | GPU: {gpu_name} | {os.cpu_count()} CPUs"
+    machine += f", torch's default {args.default_threads} threads"
     print(f"{datetime.datetime.now():%Y-%m-%d %H:%M} | {machine}", flush=True)
     rates, mp_rates, cpu_rates, failures = {}, {}, {}, []
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as scratch:
@@ -332,7 +334,7 @@ def main(argv=None):
     if args.cpu_threads:
         print(
             f"\ndqn_atari.py, learning phase on the CPU by torch threads, steps/s{quick} (the scripts keep torch's "
-            f"default, one thread per core; this machine has {os.cpu_count()} CPUs)\n"
+            f"default, one thread per physical core: {args.default_threads} here, with {os.cpu_count()} CPUs)\n"
         )
         print("| torch threads | steps/s |\n|---:|---:|")
         for threads in args.cpu_threads:

@@ -76,6 +76,14 @@ def flags_error(script_path, flags, cwd):
     return None
 
 
+def torch_default_threads():
+    """The torch thread count of a script run with no OMP_NUM_THREADS or MKL_NUM_THREADS: torch's default, one per
+    physical core (a desktop with 2 hardware threads a core has half as many as its CPUs; Apple's: its fast cores)."""
+    env = {name: value for name, value in os.environ.items() if name not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    said = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env, capture_output=True)
+    return int(said.stdout)
+
+
 def run_ended(script_path, run_dir):
     """Whether RUN_DIR's checkpoint, read by its script, says that the run ended (a sweep stopped before its CSV)."""
     checkpoint = load_script(script_path).read_checkpoint(run_dir)
@@ -122,6 +130,8 @@ def main(argv=None):
     p.add_argument("--jobs", type=jobs_count, default=1, help="runs at once, each on one torch thread (default 1)")
     p.add_argument("--results-dir", help="folder for the runs' CSVs (default: OUT/results)")
     args = p.parse_args(argv)
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: it could not hand Ctrl-C or kill on to its runs
+        p.exit(2, "sweep.py: needs Linux or macOS (it stops its runs with POSIX signals); run the scripts one by one\n")
     args.results_dir = args.results_dir or os.path.join(args.out, "results")
     entries = []
     for entry in args.runs:

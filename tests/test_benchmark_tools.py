@@ -268,6 +268,16 @@ def test_sweep_refuses_no_jobs(in_tmp, capsys):
     assert "1 or more" in capsys.readouterr().err
 
 
+def test_sweep_refuses_a_system_without_signal_masks_before_making_anything(in_tmp, capsys, monkeypatch):
+    """Windows has no pthread_sigmask (nor the signals the sweep hands its runs): one line, exit 2, no folder."""
+    monkeypatch.delattr(signal, "pthread_sigmask")
+    with pytest.raises(SystemExit) as stopped:
+        sweep_tool.main(["--out", "out", "--runs", "dqn_atari.py"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith("sweep.py: needs Linux or macOS")
+    assert not os.path.exists("out")
+
+
 def test_sweep_skips_runs_already_in_the_results_folder(sweep):
     out, _ = sweep
     before = {name: (out / "results" / name).read_text() for name in os.listdir(out / "results")}

@@ -58,7 +58,13 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
     args += ["--cpu-threads", "1", "2", "64"]  # 64: more than this machine has, skipped
     status, out, err = gpu_check(args, tmp_path)
     assert status == 0, out[-3000:] + err[-3000:]
-    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d \| torch \S+ .*\| GPU: none, --cpu-only.* \| \d+ CPU cores\n", out), out[:300]
+    header = (
+        r"\d{4}-\d\d-\d\d \d\d:\d\d \| torch \S+ .*\| GPU: none, --cpu-only.* \| (\d+) CPUs, torch's default (\d+) threads\n"
+    )
+    found = re.match(header, out)
+    assert found, out[:300]
+    # the scripts' thread count: a clean torch's own, not the suite's OMP_NUM_THREADS=1
+    assert int(found.group(1)) == os.cpu_count() and int(found.group(2)) == gpu_check_module.torch_default_threads()
     assert "| script | CPU as GPU | CPU | CPU as GPU / CPU |" in out
     for script in ["dqn_atari_mp.py"]:  # a row of numbers: steps/s on both, their ratio
         assert re.search(rf"^\| {re.escape(script)} \| [\d,]+ \| [\d,]+ \| \d+\.\d\d \|$", out, re.M), (script, out[-2000:])
