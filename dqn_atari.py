@@ -490,10 +490,11 @@ def check_args(p, args):
     if args.learning_starts < args.batch_size:
         p.error(f"argument --learning-starts: must be at least --batch-size ({args.batch_size})")
     # When learning starts, the replay holds the steps before the current one, and the newest row of
-    # each environment cannot be sampled yet (its next frame is not stored): with a warm-up of fewer
-    # than 2 steps per environment the first update would find nothing to sample and wait forever.
-    if args.learning_starts < 2:
-        p.error("argument --learning-starts: must be at least 2")
+    # each environment cannot be sampled yet (its next frame is not stored), nor, in a run resumed at its
+    # first step, that step (its game was cut): with a warm-up of fewer than 3 steps per environment the
+    # first update could find nothing to sample and wait forever.
+    if args.learning_starts < 3:
+        p.error("argument --learning-starts: must be at least 3")
     if args.buffer_size < args.batch_size + STACK:
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
     # In a full ring, all of an environment's rows can be sampled but these: the STACK - 1 oldest (frames of
@@ -836,11 +837,11 @@ class Checkpoints:
                 "replay": None if self.replay is None else self.replay.save(),  # the names of its files, written as it fills
                 "files": [] if self.replay is None else self.replay.files(),  # (path, size): checked before a resume starts
             }
+        if self.args.save_model:  # first: a kill between the two leaves the last checkpoint to go on from;
+            save_atomically(model, self.model_path)  # the other way round, at the end, a finished run without its model
         save_atomically(plain(checkpoint), self.path)
         if self.replay is not None:
             self.replay.saved(checkpoint["replay"])
-        if self.args.save_model:
-            save_atomically(model, self.model_path)
         self.saved_step = step
 
     def restore(self, checkpoint):
@@ -1007,6 +1008,9 @@ def resumed_args(p, argv, run_dir):
     path = os.path.join(run_dir, CHECKPOINT)
     if not os.path.isdir(run_dir):
         p.error(f"argument --resume: {run_dir} is not a directory")
+    for folder in (run_dir, os.path.join(run_dir, "replay")):  # its logs, checkpoints and replay's files go there
+        if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+            p.error(f"argument --resume: cannot write in {folder}")
     if not hold_run_dir(run_dir):
         p.error(f"argument --resume: {run_dir} is in use: another process is running it")
     if not os.path.isfile(path):
@@ -1031,9 +1035,10 @@ def resumed_args(p, argv, run_dir):
             p.error(f"argument --resume: {os.path.join(run_dir, name)}, which the checkpoint needs, is missing or truncated")
     step = checkpoint["global_step"]
     if not checkpoint["resumable"]:
-        p.error(
-            f"argument --resume: {run_dir} has finished ({step:,} steps) and kept no checkpoint (--keep-checkpoint keeps one)"
-        )
+        why = f"{run_dir} has finished ({step:,} steps) and kept no checkpoint (--keep-checkpoint keeps one)"
+        if os.path.isdir(replay_dir := os.path.join(run_dir, "replay")):  # a kill as the run ended stopped its deletion
+            why += f"; its replay files are of no more use: rm -r {shlex.quote(replay_dir)}"
+        p.error(f"argument --resume: {why}")
     if step >= args.total_timesteps:
         p.error(f"argument --resume: {run_dir} has run its {step:,} steps: to go on, add a larger --total-timesteps")
     return args
@@ -1053,7 +1058,7 @@ def end_run(network, args, run_dir, writer, device, checkpoints, global_step, up
             flush=True,
         )
     if args.save_model and not stop_signals:
-        evaluate_and_log(network, args, run_dir, writer, device)
+        evaluate_and_log(network, args, run_dir, writer, device, checkpoints.model_path)
     close_logs(writer, args)
     if stop_signals:
         sys.exit(128 + stop_signals[0])  # 130 after Ctrl-C, 143 after kill, 129 after a closed terminal
@@ -1096,8 +1101,9 @@ def watch_saved_model(network_class, args, run_dir, writer, device):
     return run_dir
 
 
-def evaluate_and_log(network, args, run_dir, writer, device):
-    """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores."""
+def evaluate_and_log(network, args, run_dir, writer, device, model_path=""):
+    """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores, as
+    eval/episodic_return, or eval_2/... for the model NAME_2.pt of a finished run that went on."""
     writer.flush()
     for signum in STOP_SIGNALS:  # only games are left, nothing to save: Ctrl-C, kill or a closed terminal
         if signal.getsignal(signum) is on_stop_signal:  # ends them at once, as by default (nohup's SIGHUP stays ignored)
@@ -1112,8 +1118,10 @@ def evaluate_and_log(network, args, run_dir, writer, device):
     if video_dir:
         os.makedirs(video_dir)
     returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
-    for i, episodic_return in enumerate(returns):
-        writer.add_scalar("eval/episodic_return", episodic_return, i)
+    suffix = os.path.basename(model_path)[len(args.exp_name) : -len(".pt")]  # "", or "_2" after NAME_2.pt
+    tag = f"eval{suffix}/episodic_return" if suffix else "eval/episodic_return"
+    for i, episodic_return in enumerate(returns):  # (at the game's number, as CleanRL logs them)
+        writer.add_scalar(tag, episodic_return, i)
     if video_dir and args.track:  # the videos of the screen into the W&B run too, each with its game's score
         import wandb
 

@@ -431,11 +431,11 @@ def test_free_memory_is_none_where_the_system_does_not_tell(monkeypatch):
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(in_tmp):
-    """11 rows and a warm-up of 2 steps: one fewer of either is refused (below); these always hold a
+    """11 rows and a warm-up of 3 steps: one fewer of either is refused (below); these always hold a
     transition to sample, so no update can wait forever (after a --resume too: the test below)."""
-    flags = ["--total-timesteps", "300", "--buffer-size", "11", "--batch-size", "1", "--learning-starts", "2"]
+    flags = ["--total-timesteps", "300", "--buffer-size", "11", "--batch-size", "1", "--learning-starts", "3"]
     run_dir = dqn_atari.main(flags + ["--learn-steps-period", "4"])
-    assert read_scalars(run_dir)["charts/updates"][1][-1] == (300 - 2) // 4
+    assert read_scalars(run_dir)["charts/updates"][1][-1] == (300 - 3) // 4
 
 
 # A replay too small to sample from, or a warm-up too short to fill it, would make the first update
@@ -443,8 +443,8 @@ def test_the_smallest_replay_accepted_learns_and_ends(in_tmp):
 @pytest.mark.parametrize(
     "args, flag",
     [
-        (["--buffer-size", "10", "--batch-size", "1", "--learning-starts", "2"], "--buffer-size"),
-        (["--learning-starts", "1", "--batch-size", "1"], "--learning-starts"),
+        (["--buffer-size", "10", "--batch-size", "1", "--learning-starts", "3"], "--buffer-size"),
+        (["--learning-starts", "2", "--batch-size", "1"], "--learning-starts"),
     ],
 )
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):

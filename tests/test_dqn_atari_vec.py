@@ -151,7 +151,7 @@ def test_bad_input_from_the_command_line(tmp_path):
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
-    """11 rows an environment and a warm-up of 2 steps an environment: one fewer of either is refused
+    """11 rows an environment and a warm-up of 3 steps an environment: one fewer of either is refused
     (above); these always hold a transition to sample, so the first update cannot wait forever."""
     _, run_dir = run_script(
         "dqn_atari_vec.py",
@@ -165,7 +165,7 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
             "--batch-size",
             "8",
             "--learning-starts",
-            "16",
+            "24",
             "--learn-steps-period",
             "8",
         ],
@@ -173,7 +173,7 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
         timeout=180,
     )
     steps, updates = read_scalars(run_dir)["charts/updates"]
-    assert updates[-1] == (steps[-1] - 16) // 8, updates  # one update per vector step past the warm-up
+    assert updates[-1] == (steps[-1] - 24) // 8, updates  # one update per vector step past the warm-up
 
 
 # A replay too small to sample from, or a warm-up too short to fill it, would make the first update
@@ -181,9 +181,9 @@ def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
 @pytest.mark.parametrize(
     "args, flag",
     [
-        (["--buffer-size", "87", "--envs-count", "8", "--batch-size", "8", "--learning-starts", "16"], "--buffer-size"),
+        (["--buffer-size", "87", "--envs-count", "8", "--batch-size", "8", "--learning-starts", "24"], "--buffer-size"),
         (["--buffer-size", "36", "--envs-count", "8"], "--buffer-size"),  # the issue's: 4 rows an environment
-        (["--learning-starts", "15", "--envs-count", "8", "--batch-size", "8"], "--learning-starts"),
+        (["--learning-starts", "23", "--envs-count", "8", "--batch-size", "8"], "--learning-starts"),
     ],
 )
 def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, capsys):

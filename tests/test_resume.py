@@ -317,10 +317,10 @@ def bad_runs(finished, tmp_path):
             [],
             "is a run of ppo_atari.py: resume it",
         ),
-        (
+        (  # its replay/ still there, as after a kill while the run's end deleted it
             copied_run(finished, tmp_path / "b", checkpoint | {"resumable": False}),
             ["--total-timesteps", "200"],
-            "kept no checkpoint (--keep-checkpoint keeps one)",
+            "kept no checkpoint (--keep-checkpoint keeps one); its replay files are of no more use: rm -r ",
         ),
         (
             copied_run(finished, tmp_path / "c", checkpoint_bytes=whole[: len(whole) // 2]),
@@ -338,6 +338,9 @@ def test_bad_resume_is_refused_and_leaves_the_directory_as_it_was(finished_run, 
     missing_chunk = copied_run(finished_run, tmp_path / "f")
     os.remove(sorted(glob.glob(os.path.join(missing_chunk, "replay", "*")))[0])
     cases.append((missing_chunk, ["--total-timesteps", "200"], "which the checkpoint needs, is missing or truncated"))
+    unwritable = copied_run(finished_run, tmp_path / "g")  # (chmod would not stop root: os.access says what would)
+    monkeypatch.setattr(os, "access", lambda path, mode, real=os.access: path != unwritable and real(path, mode))
+    cases.append((unwritable, ["--total-timesteps", "200"], f"error: argument --resume: cannot write in {unwritable}"))
     for run_dir, flags, why in cases:
         before = tree(tmp_path) | tree(finished_run)  # finished_run is a folder of its own, outside tmp_path
         error = refused("dqn_atari.py", ["--resume", str(run_dir)] + flags, capsys)
@@ -365,7 +368,8 @@ def test_a_finished_run_with_its_replay_goes_on_to_a_larger_total(finished_run, 
 
 def test_a_finished_run_that_goes_on_keeps_its_model_and_saves_the_next_beside_it(in_tmp, monkeypatch, capsys):
     """--save-model's NAME.pt of a finished run stays as it was when the run goes on: the new model is
-    NAME_2.pt, through a stop and a resume as well. (Checkpoints is the same in all six scripts.)"""
+    NAME_2.pt, through a stop and a resume as well, its evaluation logged as eval_2/episodic_return.
+    (Checkpoints and evaluate_and_log are the same in all six scripts.)"""
     script = module("pqn_atari.py")
     monkeypatch.setattr(script, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     flags = ["--save-model", "--eval-episodes", "1"]
@@ -385,6 +389,30 @@ def test_a_finished_run_that_goes_on_keeps_its_model_and_saves_the_next_beside_i
         assert f.read() == first_model
     assert not os.path.exists(os.path.join(run_dir, "pqn_atari_3.pt"))
     assert torch.load(second, weights_only=True)["script"] == "pqn_atari.py"
+    # each model's evaluation apart, each game once: not the second's over the first's steps
+    scalars = read_scalars(run_dir)
+    assert list(scalars["eval/episodic_return"][0]) == [0] and list(scalars["eval_2/episodic_return"][0]) == [0]
+
+
+def test_a_run_killed_between_the_files_of_its_last_save_keeps_its_model(in_tmp, monkeypatch):
+    """The run's end writes --save-model's file, then the checkpoint saying it has ended: killed between
+    the two, the trained model is on disk. (The other way round, such a run had ended, so could not be
+    resumed, and had no model.) Checkpoints is the same in all six scripts."""
+    script, written = module("pqn_atari.py"), []
+    monkeypatch.setattr(script, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+
+    class Killed(BaseException):
+        pass
+
+    def save_then_be_killed(obj, path, real=script.save_atomically):
+        real(obj, path)
+        written.append(os.path.basename(path))
+        raise Killed
+
+    monkeypatch.setattr(script, "save_atomically", save_then_be_killed)
+    with pytest.raises(Killed):
+        script.main(["--total-timesteps", "64", "--save-model", *TINY["pqn_atari.py"]])  # one save: the end's
+    assert written == ["pqn_atari.pt"] and glob.glob("runs/*/*.pt") == glob.glob("runs/*/pqn_atari.pt")
 
 
 # ---------------------------------------------------------------- a run in use
@@ -545,6 +573,24 @@ def test_the_smallest_replay_always_holds_a_transition_after_a_resume(script):
 
     assert not any(nothing_to_sample_after_a_stop_at(stop, 11) for stop in range(11, len(rows)))
     assert any(nothing_to_sample_after_a_stop_at(stop, 10) for stop in range(10, len(rows)))
+
+
+@pytest.mark.parametrize("script, envs", [("dqn_atari.py", 1), ("dqn_atari_vec.py", 2)])
+def test_the_shortest_warm_up_learns_after_a_resume_at_the_first_step(script, envs, tmp_path):
+    """--learning-starts 3 steps an environment, the fewest accepted, and a run kept at its first step,
+    then resumed: its first update finds a transition to sample, though the step the checkpoint cut off
+    is none, and the run ends. (With 2, once accepted, the update waited forever, deaf to Ctrl-C.)"""
+    flags = ["--learning-starts", str(3 * envs), "--batch-size", "1", "--learn-steps-period", "1"]
+    flags += ["--buffer-size", str(11 * envs), "--envs-count", str(envs)] if envs > 1 else ["--buffer-size", "11"]
+    first = start(script, flags + ["--total-timesteps", str(envs), "--keep-checkpoint"], tmp_path)
+    assert first.wait(timeout=120) == 0, first.stdout.read()
+    resumed = start(script, ["--resume", the_run_dir(tmp_path), "--total-timesteps", str(20 * envs)], tmp_path)
+    try:
+        said, _ = resumed.communicate(timeout=120)
+    finally:
+        resumed.kill()
+    assert resumed.returncode == 0, said
+    assert read_scalars(the_run_dir(tmp_path))["charts/updates"][1][-1] > 0
 
 
 @pytest.mark.parametrize("script", ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"])
