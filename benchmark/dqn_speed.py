@@ -153,13 +153,16 @@ def phase_rate(script, args, learning, threads=None):
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     with tempfile.TemporaryDirectory() as cwd:
-        subprocess.run(
+        run = subprocess.run(
             [sys.executable, os.path.join(ROOT, script), "--no-cuda", *args],
             cwd=cwd,
-            check=True,
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,  # shown if it fails; not the note of a warm-up run ("this run only plays")
+            text=True,
             env=env,
         )
+        if run.returncode:
+            sys.exit(f"error: {script} {' '.join(args)} failed (exit status {run.returncode}):\n{run.stderr.strip()[-3000:]}")
         run_dir = os.path.join(cwd, "runs", os.listdir(os.path.join(cwd, "runs"))[0])
         events = EventAccumulator(run_dir)
         events.Reload()
