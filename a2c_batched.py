@@ -574,7 +574,10 @@ def open_run(args):
 
 
 def time_left(steps_left, steps_per_second):
-    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m';
+    '?' where no step was made in the time measured."""
+    if steps_per_second <= 0:
+        return "?"
     minutes = int(max(steps_left, 0) / steps_per_second) // 60
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
@@ -610,7 +613,9 @@ class Progress:
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
 
     def go_on_from(self, step, returns):
-        """--resume: steps/s from the checkpoint's step on, the mean return over the same last 100 games."""
+        """--resume: steps/s from the checkpoint's step on, from now (after the replay's loading, which may take
+        minutes), the mean return over the same last 100 games."""
+        self.start_time = self.last_print = time.time()
         self.first_step = step
         self.recent_prints = collections.deque([(self.start_time, step)], maxlen=13)
         self.returns.extend(returns)
@@ -764,9 +769,9 @@ class Checkpoints:
         while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
             ends += 1
             self.model_path = os.path.join(self.run_dir, f"{self.args.exp_name}_{ends}.pt")
-        self.progress.go_on_from(step, checkpoint["returns"])
         if self.replay is not None:
             self.replay.load(checkpoint["replay"])
+        self.progress.go_on_from(step, checkpoint["returns"])
         self.saved_step = step
         changed = [
             f"--{k.replace('_', '-')} {v} (was {saved_args[k]})"

@@ -368,8 +368,9 @@ def main(argv=None):
         new_steps = np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL's DQN and PPO count them
         global_step += new_steps
 
-        # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started
-        while updates < updates_due(global_step, args.learning_starts, args.learn_steps_period):
+        # ALGO LOGIC: one gradient update per `learn_steps_period` steps since learning started (after a stop,
+        # those still due are the resumed run's)
+        while updates < updates_due(global_step, args.learning_starts, args.learn_steps_period) and not stop_signals:
             states, batch_actions, batch_rewards, next_states, batch_dones = replay.sample(args.batch_size, rng)
             states, next_states = torch.from_numpy(states).to(device), torch.from_numpy(next_states).to(device)
             batch_rewards = torch.from_numpy(batch_rewards).to(device).float()
@@ -511,6 +512,10 @@ def check_args(p, args):
             f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
             f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}"
         )
+    # Each checkpoint writes the replay's rows since the last into a file of their own, and every
+    # checkpoint goes over all the ring's files: more than 1,000 would slow the run, more as the ring fills
+    if args.save_every * 1000 < args.buffer_size:
+        p.error(f"argument --save-every: must be at least --buffer-size / 1,000 = {-(-args.buffer_size // 1000):,}")
     # On disk, for --resume (ReplayFiles): the ring's files, those of the rows since the last checkpoint
     # (the files it names stay till the next one is on disk: up to a ring more), and two files' slack.
     needed = (args.buffer_size + min(args.buffer_size, args.save_every) + 2 * CHUNK_TRANSITIONS) * REPLAY_BYTES_PER_TRANSITION
@@ -677,7 +682,10 @@ def open_run(args):
 
 
 def time_left(steps_left, steps_per_second):
-    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m';
+    '?' where no step was made in the time measured."""
+    if steps_per_second <= 0:
+        return "?"
     minutes = int(max(steps_left, 0) / steps_per_second) // 60
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
@@ -713,7 +721,9 @@ class Progress:
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
 
     def go_on_from(self, step, returns):
-        """--resume: steps/s from the checkpoint's step on, the mean return over the same last 100 games."""
+        """--resume: steps/s from the checkpoint's step on, from now (after the replay's loading, which may take
+        minutes), the mean return over the same last 100 games."""
+        self.start_time = self.last_print = time.time()
         self.first_step = step
         self.recent_prints = collections.deque([(self.start_time, step)], maxlen=13)
         self.returns.extend(returns)
@@ -867,9 +877,9 @@ class Checkpoints:
         while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
             ends += 1
             self.model_path = os.path.join(self.run_dir, f"{self.args.exp_name}_{ends}.pt")
-        self.progress.go_on_from(step, checkpoint["returns"])
         if self.replay is not None:
             self.replay.load(checkpoint["replay"])
+        self.progress.go_on_from(step, checkpoint["returns"])
         self.saved_step = step
         changed = [
             f"--{k.replace('_', '-')} {v} (was {saved_args[k]})"

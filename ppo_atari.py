@@ -390,6 +390,10 @@ def main(argv=None):
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
                 updates += 1
+                if stop_signals:  # PLUMBING: Ctrl-C or kill: no more minibatch steps; a checkpoint of those made
+                    break
+            if stop_signals:
+                break
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
         # How much of the returns' variance the critic explained before the update (1 is all of it)
@@ -656,7 +660,10 @@ def open_run(args):
 
 
 def time_left(steps_left, steps_per_second):
-    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m';
+    '?' where no step was made in the time measured."""
+    if steps_per_second <= 0:
+        return "?"
     minutes = int(max(steps_left, 0) / steps_per_second) // 60
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
@@ -692,7 +699,9 @@ class Progress:
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
 
     def go_on_from(self, step, returns):
-        """--resume: steps/s from the checkpoint's step on, the mean return over the same last 100 games."""
+        """--resume: steps/s from the checkpoint's step on, from now (after the replay's loading, which may take
+        minutes), the mean return over the same last 100 games."""
+        self.start_time = self.last_print = time.time()
         self.first_step = step
         self.recent_prints = collections.deque([(self.start_time, step)], maxlen=13)
         self.returns.extend(returns)
@@ -846,9 +855,9 @@ class Checkpoints:
         while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
             ends += 1
             self.model_path = os.path.join(self.run_dir, f"{self.args.exp_name}_{ends}.pt")
-        self.progress.go_on_from(step, checkpoint["returns"])
         if self.replay is not None:
             self.replay.load(checkpoint["replay"])
+        self.progress.go_on_from(step, checkpoint["returns"])
         self.saved_step = step
         changed = [
             f"--{k.replace('_', '-')} {v} (was {saved_args[k]})"

@@ -377,6 +377,10 @@ def main(argv=None):
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
                 updates += 1
+                if stop_signals:  # PLUMBING: Ctrl-C or kill: no more minibatch steps; a checkpoint of those made
+                    break
+            if stop_signals:
+                break
         stop_if_diverged(loss, global_step, run_dir, writer, args)  # PLUMBING: nan never comes back: stop now
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/td_loss", loss.item(), global_step)
@@ -633,7 +637,10 @@ def open_run(args):
 
 
 def time_left(steps_left, steps_per_second):
-    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m'."""
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m';
+    '?' where no step was made in the time measured."""
+    if steps_per_second <= 0:
+        return "?"
     minutes = int(max(steps_left, 0) / steps_per_second) // 60
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
@@ -669,7 +676,9 @@ class Progress:
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
 
     def go_on_from(self, step, returns):
-        """--resume: steps/s from the checkpoint's step on, the mean return over the same last 100 games."""
+        """--resume: steps/s from the checkpoint's step on, from now (after the replay's loading, which may take
+        minutes), the mean return over the same last 100 games."""
+        self.start_time = self.last_print = time.time()
         self.first_step = step
         self.recent_prints = collections.deque([(self.start_time, step)], maxlen=13)
         self.returns.extend(returns)
@@ -823,9 +832,9 @@ class Checkpoints:
         while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
             ends += 1
             self.model_path = os.path.join(self.run_dir, f"{self.args.exp_name}_{ends}.pt")
-        self.progress.go_on_from(step, checkpoint["returns"])
         if self.replay is not None:
             self.replay.load(checkpoint["replay"])
+        self.progress.go_on_from(step, checkpoint["returns"])
         self.saved_step = step
         changed = [
             f"--{k.replace('_', '-')} {v} (was {saved_args[k]})"

@@ -224,6 +224,31 @@ def test_weights_an_update_made_nan_are_never_saved(script, in_tmp, monkeypatch)
         assert all(weights.isfinite().all() for weights in torch.load(path, weights_only=False)["state_dict"].values())
 
 
+@pytest.mark.parametrize("script", ["dqn_atari_vec.py", "ppo_atari.py", "pqn_atari.py"])
+def test_a_stop_during_a_long_update_ends_it_after_the_gradient_step_in_progress(script, in_tmp, monkeypatch):
+    """Ctrl-C or kill during an update of many gradient steps (16 environments' steps to catch up on at
+    --learn-steps-period 1, or --update-epochs 1000) stops it after the step in progress, with a checkpoint,
+    exit status 143: not after all of them, deaf to the signal meanwhile."""
+    mod = module(script)
+    optimizer = torch.optim.RAdam if script == "pqn_atari.py" else torch.optim.Adam
+    steps, real_step = [], optimizer.step
+
+    def step_then_be_stopped(self, *args, **kwargs):
+        steps.append(1)
+        if len(steps) == 3:  # the update's third gradient step: kill
+            mod.stop_signals.append(signal.SIGTERM)
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(mod, "stop_signals", [])
+    monkeypatch.setattr(optimizer, "step", step_then_be_stopped)
+    flags = {"dqn_atari_vec.py": ["--envs-count", "16", "--learn-steps-period", "1", "--learning-starts", "48"]}
+    flags = flags.get(script, SMALL[script] + ["--update-epochs", "1000"]) + ["--total-timesteps", "10000"]
+    with pytest.raises(SystemExit) as stopped:
+        mod.main(flags + ["--buffer-size", "1000", "--batch-size", "8"] if script.startswith("dqn") else flags)
+    assert stopped.value.code == 143 and len(steps) == 3
+    assert len(glob.glob("runs/*/checkpoint.pt")) == 1
+
+
 # ---------------------------------------------------------------- checkpoints
 def test_sigkill_leaves_the_last_complete_checkpoint(tmp_path):
     # A checkpoint every 64 steps. Once one is complete, the kill comes as soon as the next one is
@@ -347,6 +372,7 @@ def test_time_left_by_hand():  # the same code in every script: test_the_shared_
     assert time_left(0, 2_688) == "0h00m"
     assert time_left(-32, 150) == "0h00m"  # a vector step may pass the budget
     assert time_left(360_000 * 100, 100) == "100h00m"
+    assert time_left(1000, 0) == time_left(1000, 0.0) == "?"  # no step yet made (a launch step, say)
 
 
 # ---------------------------------------------------------------- input every script refuses
@@ -382,6 +408,9 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
         (["--total-timesteps", "1e6"], "argument --total-timesteps: must be an integer in [1, 2**62], got 1e6"),
         (["--save-every", str(2**63)], f"argument --save-every: must be an integer in [1, 2**62], got {2**63}"),  # int64
         (["--capture-video"], "argument --capture-video: films the evaluation games, played only with --save-model or"),
+        # a replay file each checkpoint: at most 1,000 a ring, or checkpoints slow the run down more and more
+        *[(["--save-every", "99", "--buffer-size", "100000"], "must be at least --buffer-size / 1,000 = 100")]
+        * (script[:3] == "dqn"),
         ([flag, size], f"argument {flag}: "),
     ]:
         with pytest.raises(SystemExit) as exit_info:

@@ -366,6 +366,26 @@ def test_a_finished_run_with_its_replay_goes_on_to_a_larger_total(finished_run, 
     assert "is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it" in error
 
 
+def test_a_resumed_runs_clock_starts_once_its_replay_has_loaded(finished_run, tmp_path, monkeypatch, capsys):
+    """A full replay takes seconds to minutes to load: the resumed run's steps/s are counted from then on.
+    (Counted from before it, the first progress line came due at once, at a rate near 0; at a launch step,
+    which the agent does not count, at 0: time_left's division ended the run.)"""
+    script, run_dir = module("dqn_atari.py"), copied_run(finished_run, tmp_path)
+    monkeypatch.setattr(script, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
+    skipped, real_time, real_load = [0.0], time.time, script.ReplayFiles.load
+
+    def a_minute_to_load(self, state):
+        real_load(self, state)
+        skipped[0] += 60.0
+
+    monkeypatch.setattr(time, "time", lambda: real_time() + skipped[0])
+    monkeypatch.setattr(script.ReplayFiles, "load", a_minute_to_load)
+    script.main(["--resume", run_dir, "--total-timesteps", "400"])
+    steps, rates = read_scalars(run_dir)["charts/SPS"]
+    assert skipped == [60.0] and (rates[steps > 120] > 10).all(), (steps, rates)  # Catch: hundreds of steps/s
+    assert " 0 steps/s" not in capsys.readouterr().out
+
+
 def test_a_finished_run_that_goes_on_keeps_its_model_and_saves_the_next_beside_it(in_tmp, monkeypatch, capsys):
     """--save-model's NAME.pt of a finished run stays as it was when the run goes on: the new model is
     NAME_2.pt, through a stop and a resume as well, its evaluation logged as eval_2/episodic_return.
