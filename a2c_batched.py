@@ -512,6 +512,9 @@ def start_wandb(args, run_dir):
     with open(id_path) as f:
         run_id = f.read().strip()
     wandb.tensorboard.patch(root_logdir=run_dir)  # told, not guessed: wandb would wait 10 s to guess it
+    handlers = {s: signal.getsignal(s) for s in STOP_SIGNALS if signal.getsignal(s) is on_stop_signal}
+    for signum in handlers:  # W&B may wait 90 s for its server: Ctrl-C or kill ends the wait, nothing having begun
+        signal.signal(signum, stop_wandb_init)
     try:
         wandb.init(
             project=args.wandb_project_name,
@@ -523,12 +526,23 @@ def start_wandb(args, run_dir):
             id=run_id,
             resume="allow",
         )
-    except wandb.errors.Error as error:  # no network, or W&B refused: nothing is logged yet
+    except (wandb.errors.Error, KeyboardInterrupt) as error:  # no network, W&B refused, or a stop: nothing logged yet
         if args.resume is None:  # a new run's directory holds the id alone
             os.remove(id_path)
             os.rmdir(run_dir)
+        if isinstance(error, KeyboardInterrupt):  # os._exit: at sys.exit, W&B would wait for its server all the same
+            print(f"stopped by {signal.Signals(stop_signals[-1]).name} as W&B started: no run", file=sys.stderr, flush=True)
+            os._exit(128 + stop_signals[-1])
         reason = " ".join(str(error).split())
         sys.exit(f"error: --track: W&B did not start the run ({reason}). Or keep it on disk: WANDB_MODE=offline")
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def stop_wandb_init(signum, frame):
+    stop_signals.append(signum)
+    raise KeyboardInterrupt
 
 
 def close_logs(writer, args):
