@@ -818,7 +818,7 @@ def start_workers(args, acting_network, global_step):
     # else): if the learner dies, a worker's next send, at most 32 steps on, fails and the worker ends.
     # Ctrl-C and a closed terminal (both sent to every process in the terminal's group) are blocked while the
     # workers start: a worker keeps them blocked for good (a signal mask survives exec), so they never reach
-    # it, even as it imports torch, and the learner stops it once it has saved the run. In the learner they
+    # it, even as it imports torch; the learner stops it as its main loop ends, before it saves the run. In the learner they
     # wait until it unblocks them: none is lost. (Windows has no signal masks.)
     terminal_signals = [signum for signum in STOP_SIGNALS if signum != signal.SIGTERM]
     can_block = hasattr(signal, "pthread_sigmask")
