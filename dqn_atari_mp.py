@@ -559,9 +559,9 @@ def check_args(p, args):
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
     # In a full ring, all of an environment's rows can be sampled but these: the STACK - 1 oldest (frames of
     # their stacks are overwritten), the newest (its next frame is not stored yet), steps played for the agent
-    # (up to 3 in a row: a game's reset and launch) and, after --resume, the last row before the stop (its
-    # next frame was never stored) and the new game's launch (2 rows). With fewer rows than those and one
-    # more, none might be left to sample: an update would wait forever. And a worker's batch of SEND_BATCH
+    # (up to 3 in a row, a game's reset and launch, but for a life or game ending in them, rare) and, after --resume,
+    # the last row before the stop (its next frame was never stored) and the new game's launch (2 rows). With
+    # fewer rows than those and one more, none might be left to sample: an update would wait forever.
     # steps must fit in its column, or the batch would write over its own first steps.
     min_rows = max((STACK - 1) + 1 + 3 + 1 + 2 + 1, SEND_BATCH)
     if args.buffer_size // args.workers_count < min_rows:

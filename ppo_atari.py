@@ -116,7 +116,7 @@ def parse_args(argv=None):
     p.add_argument("--learning-rate", type=positive_float, default=2.5e-4, help="the optimizer's learning rate")
     p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="anneal the learning rate to 0")
     p.add_argument("--envs-count", type=positive_int, default=8, help="environments stepped together")
-    p.add_argument("--rollout-length", type=positive_int, default=128, help="steps whose transitions make one update")
+    p.add_argument("--rollout-length", type=positive_int, default=128, help="steps of each game per rollout")
     p.add_argument("--gamma", type=probability, default=0.99, help="discount factor")
     p.add_argument("--gae-lambda", type=probability, default=0.95, help="GAE's lambda (0: the TD error, 1: Monte Carlo)")
     p.add_argument("--num-minibatches", type=positive_int, default=4, help="minibatches a rollout is split into")
@@ -529,8 +529,9 @@ def check_args(p, args):
             except wandb.errors.UsageError as error:
                 p.error(f"argument --track: {error} Or keep the run on disk: WANDB_MODE=offline")
     if args.rollout_length < 4:
-        p.error("argument --rollout-length: must be at least 4 (up to 3 steps in a row are played for the agent)")
-    # At most 3 steps in a row are played for the agent (a reset, FIRE, 2): >= envs * (length // 4) transitions
+        p.error("argument --rollout-length: must be at least 4 (a game starts with 3 steps played for the agent)")
+    # Usually at most 3 steps in a row are played for the agent (a reset, FIRE, 2; more where a life or the time limit
+    # ends during them, rare): >= envs * (length // 4) transitions, so every minibatch gets some
     if args.num_minibatches > args.envs_count * (args.rollout_length // 4):
         p.error(
             f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 4) = "

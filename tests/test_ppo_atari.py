@@ -200,7 +200,7 @@ def test_same_seed_same_run(in_tmp):
 BAD_INPUTS = [
     ("--envs-count", "0"),
     ("--rollout-length", "0"),
-    ("--rollout-length", "3"),  # shorter than the 3 steps in a row a game may play for the agent, plus one
+    ("--rollout-length", "3"),  # no longer than the 3 steps played for the agent as a game starts
     ("--learning-rate", "-1"),
     ("--gamma", "1.5"),
     ("--env-id", "NoSuchGame-v4"),
