@@ -17,7 +17,6 @@ as every run was before checkpoints), and the replay's files on disk.
 
 import argparse
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -57,6 +56,10 @@ def main(argv=None):
     p.add_argument("--dir", default=None, help="where the run directory goes (default: a temporary directory)")
     p.add_argument("--no-checkpoints", action="store_true", help="the same run writing nothing: its memory, for comparison")
     args = p.parse_args(argv)
+    try:  # the run's peak memory, read at the end
+        import resource
+    except ImportError:  # Windows
+        p.exit(2, "checkpoint_pause.py: needs Linux or macOS (it reads the run's peak memory with getrusage)\n")
     for flag, value in (
         ("--buffer-size", args.buffer_size),
         ("--save-every", args.save_every),
@@ -127,7 +130,8 @@ def main(argv=None):
         measured = [took for at, took in pauses if at > args.buffer_size] or [0.0]
         replay_dir = os.path.join(run_dir, "replay")
         on_disk = sum(e.stat().st_size for e in os.scandir(replay_dir)) if os.path.isdir(replay_dir) else 0
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak_unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in bytes on macOS, in KiB on Linux
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * peak_unit
         replay_bytes = sum(field.nbytes for field in replay_files.fields())
         print(
             f"\n{args.buffer_size:,} transitions at {args.rate:,.0f} steps/s: checkpoint pauses "

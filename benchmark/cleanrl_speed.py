@@ -11,7 +11,7 @@ its first and last such event over the wall-clock seconds between them, which le
 each does before its first update (imports, making the games). Our steps are the agent's only
 (the steps a script plays for the agent are not counted); CleanRL's count every step.
 
-    python benchmark/cleanrl_speed.py --cleanrl-python /work/venvs/cleanrl_pqn/bin/python \\
+    python benchmark/cleanrl_speed.py --cleanrl-python VENV/bin/python \\
         --cleanrl-script cleanrl/pqn_atari_envpool.py
 """
 

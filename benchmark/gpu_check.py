@@ -135,7 +135,10 @@ def run(script, flags, scratch, args, threads=None):
         raise CheckFailed(f"python {shlex.join(command)} ran past --timeout {args.timeout:g} s") from None
     finally:
         if proc.poll() is None:  # (the workers left would take cores from the next run timed)
-            os.killpg(proc.pid, signal.SIGKILL)
+            if hasattr(os, "killpg"):
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:  # Windows: no process groups; dqn_atari_mp.py's workers end as their learner's pipe closes
+                proc.kill()
             proc.communicate()
     print(f": {time.time() - start:.0f} s", flush=True)
     if proc.returncode != 0:
@@ -268,8 +271,13 @@ def main(argv=None):
     )
     p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
     args = p.parse_args(argv)
-    if min(args.workers_counts) < 1 or min(args.cpu_threads, default=1) < 1 or (args.threads is not None and args.threads < 1):
-        p.error("--workers-counts, --cpu-threads and --threads take positive integers")
+    for flag, values in [
+        ("--workers-counts", args.workers_counts),
+        ("--cpu-threads", args.cpu_threads),
+        ("--threads", [] if args.threads is None else [args.threads]),
+    ]:
+        if min(values, default=1) < 1:
+            p.error(f"argument {flag}: must be at least 1, got {min(values)}")
     if not 0 < args.timeout < float("inf"):  # (nan too)
         p.error(f"argument --timeout: must be a finite number of seconds above 0, got {args.timeout}")
     args.cpu_threads = [n for n in args.cpu_threads if n <= os.cpu_count()]

@@ -175,6 +175,8 @@ def main():
     p.add_argument("--max-delay", type=float, default=4.0, help="the kill comes 0 to this many seconds after its moment")
     p.add_argument("--seed", type=int, default=1, help="seed of the delays and of the worker chosen")
     args = p.parse_args()
+    if not hasattr(signal, "SIGKILL"):  # Windows
+        p.exit(2, "mp_kill.py: needs Linux or macOS (it kills the run's processes with SIGKILL)\n")
     if args.tries < 1:
         p.error(f"argument --tries: must be a positive integer, got {args.tries}")
     if not 0 <= args.max_delay < float("inf"):  # (nan too: time.sleep refuses it, once the runs have started)

@@ -71,6 +71,8 @@ def main(argv=None):
     p.add_argument("--save-every", type=int, default=16)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
+    if not hasattr(os, "killpg"):  # Windows
+        p.exit(2, "resume_kill.py: needs Linux or macOS (it kills a run's process group with SIGKILL)\n")
     if args.tries < 1:
         p.error(f"argument --tries: must be a positive integer, got {args.tries}")
     if not 0 <= args.max_delay < float("inf"):

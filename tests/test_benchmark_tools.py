@@ -278,6 +278,29 @@ def test_sweep_refuses_a_system_without_signal_masks_before_making_anything(in_t
     assert not os.path.exists("out")
 
 
+def test_the_kill_and_memory_tools_refuse_windows_in_one_line(in_tmp, capsys, monkeypatch):
+    """Windows has no SIGKILL, no process groups, no getrusage: each tool says so, exit 2, before any run."""
+    import checkpoint_pause
+    import mp_kill
+    import resume_kill
+
+    monkeypatch.setattr(subprocess, "Popen", not_now)  # no run of a script starts
+    monkeypatch.delattr(signal, "SIGKILL")
+    monkeypatch.delattr(os, "killpg")
+    monkeypatch.setitem(sys.modules, "resource", None)  # import resource: ImportError
+    monkeypatch.setattr(sys, "argv", ["mp_kill.py"])  # mp_kill reads its flags from the command line
+    for tool, why in [
+        (mp_kill, "mp_kill.py: needs Linux or macOS"),
+        (resume_kill, "resume_kill.py: needs Linux or macOS"),
+        (checkpoint_pause, "checkpoint_pause.py: needs Linux or macOS"),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            tool.main(*([] if tool is mp_kill else [[]]))
+        assert stopped.value.code == 2
+        assert capsys.readouterr().err.startswith(why)
+    assert os.listdir(in_tmp) == []
+
+
 def test_sweep_skips_runs_already_in_the_results_folder(sweep):
     out, _ = sweep
     before = {name: (out / "results" / name).read_text() for name in os.listdir(out / "results")}
@@ -908,6 +931,9 @@ def test_benchmarks_refuse_bad_numbers_and_folders_before_starting(in_tmp, monke
         (checkpoint_pause, ["--save-every", "0"], "argument --save-every: must be a positive integer, got 0"),
         (gpu_check, ["--timeout", "-1"], "argument --timeout: must be a finite number of seconds above 0, got -1.0"),
         (gpu_check, ["--timeout", "0"], "argument --timeout: must be a finite number of seconds above 0, got 0.0"),
+        (gpu_check, ["--threads", "0"], "argument --threads: must be at least 1, got 0"),
+        (gpu_check, ["--cpu-threads", "2", "-1"], "argument --cpu-threads: must be at least 1, got -1"),
+        (gpu_check, ["--workers-counts", "0", "2"], "argument --workers-counts: must be at least 1, got 0"),
     ]
     for tool, argv, message in cases:
         assert refused(tool.main, argv, capsys).startswith(message), (tool.__name__, argv)
