@@ -1,6 +1,7 @@
 """The commands the README and docs/ give still run: each script or tool they name is here and takes
 their flags, values included (a flag renamed or a range narrowed would leave a reader a command that
-fails). Nothing is run: each command is read by its script's own argument parser."""
+fails). Nothing is run: each command is read by its script's own argument parser. And every link
+between the docs finds its file and its heading."""
 
 import argparse
 import ast
@@ -82,3 +83,25 @@ def test_every_command_in_the_docs_names_a_script_here_and_its_flags_parse(monke
                 error = capsys.readouterr().err.strip().splitlines()[-1]
                 refused.append(f"{doc}: python {name} {shlex.join(argv)}: {error}")
     assert not refused, "\n".join(refused)
+
+
+def anchors(doc):
+    """The #anchors of a Markdown file's headings, as GitHub makes them."""
+    headings = [line.lstrip("#").strip().lower() for line in open(doc, encoding="utf-8") if line.startswith("#")]
+    return {re.sub(r"[^\w\- ]", "", heading).replace(" ", "-") for heading in headings}
+
+
+def test_every_link_between_the_docs_finds_its_file_and_heading():
+    broken, links = [], 0
+    for doc in ["README.md", *sorted(glob.glob("docs/**/*.md", root_dir=ROOT, recursive=True))]:
+        text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
+        for link in re.findall(r"\]\(([^)\s]+)\)", text):
+            if link.startswith(("http://", "https://")):
+                continue
+            links += 1
+            path, _, anchor = link.partition("#")
+            target = os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), path)) if path else os.path.join(ROOT, doc)
+            if not os.path.exists(target) or (anchor and target.endswith(".md") and anchor not in anchors(target)):
+                broken.append(f"{doc}: {link}")
+    assert links > 30  # the README links to docs/ and the results folders: the reading found them
+    assert not broken, "\n".join(broken)
