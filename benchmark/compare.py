@@ -5,7 +5,8 @@
     python benchmark/compare.py --export docs/results runs/  # keep runs as CSVs (see docs/results/README.md)
 
 Runs of any of the six scripts can be compared, from their run directories (TensorBoard events)
-or from the CSVs sweep.py and --export write; a run found both ways counts once. Runs whose
+or from the CSVs sweep.py and --export write; a run found both ways counts once, and a run of
+--eval-model (a saved model watched, nothing learnt) not at all. Runs whose
 hyperparameters differ only by --seed (or by flags that change nothing learnt: saving, watching,
 video, W&B) form one row: their return is shown as mean ± std over the seeds (each seed's value is the
 mean of its last --last games). The implementation column names the flags in which rows of one
@@ -54,6 +55,11 @@ def find_runs(paths):
                 if name.endswith(".csv"):
                     found.setdefault(name[:-4], os.path.join(folder, name))
     return [found[name] for name in sorted(found)]
+
+
+def is_evaluation(run):
+    """A run of --eval-model: a saved model watched for a few games, nothing learnt; not a row of the table."""
+    return run["params"].get("eval_model", "None") != "None"
 
 
 def free_path(path):
@@ -396,12 +402,15 @@ def main(argv=None):
             path = os.path.join(args.export, os.path.basename(os.path.normpath(run_dir)) + ".csv")
             if os.path.exists(path):
                 print(f"{path}: exists already, left as is")
-            else:
-                try:
-                    write_csv(run_dir, path)
-                except ValueError as error:
-                    p.error(f"argument RUN: {run_dir} is not a run of these scripts: {error}")
-                print(f"{path}: written from {run_dir}")
+                continue
+            try:
+                if is_evaluation(read_run(run_dir)):
+                    print(f"{run_dir}: a run of --eval-model (a saved model watched), not exported")
+                    continue
+                write_csv(run_dir, path)
+            except ValueError as error:
+                p.error(f"argument RUN: {run_dir} is not a run of these scripts: {error}")
+            print(f"{path}: written from {run_dir}")
         return 0
 
     runs = []
@@ -412,6 +421,11 @@ def main(argv=None):
             if os.path.isdir(source):
                 p.error(f"argument RUN: {source} is not a run of these scripts: {error}")
             p.error(f"argument RUN: {source} is not a results CSV (see docs/results/README.md): {error!r}")
+    for run in filter(is_evaluation, runs):
+        print(f"left out: {run['name']}, a run of --eval-model (a saved model watched, nothing learnt)")
+    runs = [run for run in runs if not is_evaluation(run)]
+    if not runs:
+        p.error(f"argument RUN: only runs of --eval-model under {', '.join(args.runs_dirs)}: no training run to compare")
     print(table(runs, args.last, args.reach))
     if plt is not None:
         path = free_path(args.plot)  # an earlier figure of that name is kept

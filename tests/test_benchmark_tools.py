@@ -544,6 +544,27 @@ def hand_made(folder, name, games, steps=4000, **flags):
     )
 
 
+def test_compare_leaves_out_the_runs_that_watched_a_saved_model(tmp_path, capsys):
+    """--eval-model makes a run directory of its own beside the training runs: a few games, nothing learnt."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for name, eval_model in [("train", "None"), ("train_eval", "runs/train/dqn_atari.pt")]:
+        writer = SummaryWriter(tmp_path / "runs" / name)
+        table = f"|param|value|\n|-|-|\n|exp_name|dqn_atari|\n|env_id|PongNoFrameskip-v4|\n|seed|1|\n|eval_model|{eval_model}|"
+        writer.add_text("hyperparameters", table, 0)
+        writer.add_scalar("charts/episodic_return", 3.0, 100)
+        writer.close()
+    assert compare.main([str(tmp_path / "runs")]) is None
+    out = capsys.readouterr().out
+    assert "left out: train_eval, a run of --eval-model" in out
+    assert len([line for line in out.splitlines() if line.startswith("| dqn_atari")]) == 1  # the training run alone
+    assert compare.main(["--export", str(tmp_path / "csv"), str(tmp_path / "runs")]) == 0
+    assert os.listdir(tmp_path / "csv") == ["train.csv"]
+    assert refused(compare.main, [str(tmp_path / "runs" / "train_eval")], capsys).startswith(
+        "argument RUN: only runs of --eval-model under"
+    )
+
+
 def test_compare_leaves_out_the_time_a_resumed_run_was_stopped(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
