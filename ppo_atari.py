@@ -437,11 +437,11 @@ def number_type(kind, is_allowed, allowed):
 # The counts meet numpy's int64 steps: from 2**63 on they would overflow there, mid-run
 positive_int = number_type(int, lambda value: 1 <= value <= 2**62, "an integer in [1, 2**62]")
 # The networks compute in float32: a number past its largest, 3.4e38, would be inf there
-positive_float = number_type(float, lambda value: 0 < value <= 3.4e38, "in (0, 3.4e38]")
-non_negative_float = number_type(float, lambda value: 0 <= value <= 3.4e38, "in [0, 3.4e38]")
-probability = number_type(float, lambda value: 0.0 <= value <= 1.0, "in [0, 1]")
+positive_float = number_type(float, lambda value: 0 < value <= 3.4e38, "a number in (0, 3.4e38]")
+non_negative_float = number_type(float, lambda value: 0 <= value <= 3.4e38, "a number in [0, 3.4e38]")
+probability = number_type(float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
 # ALE takes seeds below 2**31; the games take seed + i and the evaluation seed + 100: room is left for them
-seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "in [0, 2**30]")
+seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "an integer in [0, 2**30]")
 
 
 def experiment_name(text):

@@ -154,7 +154,7 @@ def main(argv=None):
         p.error(f"argument --total-timesteps: must be a positive integer, got {args.total_timesteps}")
     # the scripts seed numpy with it and their emulators with it plus their index (32-bit numbers)
     if bad := [seed for seed in args.seeds if not 0 <= seed <= 2**30]:  # the scripts' own range for --seed
-        p.error(f"argument --seeds: each must be in [0, 2**30], got {' '.join(map(str, bad))}")
+        p.error(f"argument --seeds: each must be an integer in [0, 2**30], got {' '.join(map(str, bad))}")
     if twice := sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1}):  # one run, counted as two seeds
         p.error(f"argument --seeds: each seed once, got {' '.join(map(str, twice))} more than once")
     if twice := sorted({shlex.join(entry) for entry in entries if entries.count(entry) > 1}):  # one command, two runs

@@ -103,7 +103,7 @@ def test_bad_input_is_refused_before_any_work(flag, value, in_tmp, capsys):
 def test_bad_input_from_the_command_line(tmp_path):
     assert (
         run_bad("a2c_batched.py", ["--gamma", "1.5"], tmp_path)
-        == "a2c_batched.py: error: argument --gamma: must be in [0, 1], got 1.5"
+        == "a2c_batched.py: error: argument --gamma: must be a number in [0, 1], got 1.5"
     )
 
 

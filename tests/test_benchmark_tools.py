@@ -891,7 +891,7 @@ def test_sweep_refuses_bad_runs_budget_seeds_and_folders_before_starting(in_tmp,
     for seeds, bad in ((["1", "-1"], "-1"), ([str(2**30 + 1)], str(2**30 + 1))):
         assert (
             refused(sweep_tool.main, [*run, "--seeds", *seeds], capsys)
-            == f"argument --seeds: each must be in [0, 2**30], got {bad}"
+            == f"argument --seeds: each must be an integer in [0, 2**30], got {bad}"
         )
     assert refused(sweep_tool.main, [*run, "--seeds", "1", "2", "1"], capsys) == (
         "argument --seeds: each seed once, got 1 more than once"

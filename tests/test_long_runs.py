@@ -395,16 +395,16 @@ def test_seeds_names_numbers_and_sizes_out_of_range_are_refused_at_once(script, 
     flag, size = SIZES[script]
     name_rule = "must be a name of 1 to 100 bytes, no / or \\, not checkpoint; got"
     for argv, why in [
-        (["--seed", "-1"], "argument --seed: must be in [0, 2**30], got -1"),
-        (["--seed", str(2**31)], f"argument --seed: must be in [0, 2**30], got {2**31}"),
+        (["--seed", "-1"], "argument --seed: must be an integer in [0, 2**30], got -1"),
+        (["--seed", str(2**31)], f"argument --seed: must be an integer in [0, 2**30], got {2**31}"),
         (["--exp-name", "checkpoint"], f"argument --exp-name: {name_rule} 'checkpoint'"),
         (["--exp-name", "CheckPoint"], f"argument --exp-name: {name_rule} 'CheckPoint'"),  # one file where case is ignored
         (["--exp-name", "../mine"], f"argument --exp-name: {name_rule} '../mine'"),
         (["--exp-name", "x" * 101], f"argument --exp-name: {name_rule} '{'x' * 101}'"),
         (["--exp-name", "学" * 90], f"argument --exp-name: {name_rule} '{'学' * 90}'"),  # 270 bytes: too long a file name
         (["--env-id", "x" * 260 + "/breakout"], "argument --env-id: unknown Atari game"),  # ALE/ or no namespace only
-        (["--learning-rate", "inf"], "argument --learning-rate: must be in (0, 3.4e38], got inf"),
-        (["--learning-rate", "1e39"], "argument --learning-rate: must be in (0, 3.4e38], got 1e39"),  # inf in float32
+        (["--learning-rate", "inf"], "argument --learning-rate: must be a number in (0, 3.4e38], got inf"),
+        (["--learning-rate", "1e39"], "argument --learning-rate: must be a number in (0, 3.4e38], got 1e39"),  # inf in float32
         (["--total-timesteps", "1e6"], "argument --total-timesteps: must be an integer in [1, 2**62], got 1e6"),
         (["--save-every", str(2**63)], f"argument --save-every: must be an integer in [1, 2**62], got {2**63}"),  # int64
         (["--capture-video"], "argument --capture-video: films the evaluation games, played only with --save-model or"),

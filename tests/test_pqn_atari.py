@@ -273,7 +273,7 @@ def test_bad_input_is_refused_before_any_work(flag, value, in_tmp, capsys):
 def test_bad_input_from_the_command_line(tmp_path):
     assert (
         run_bad("pqn_atari.py", ["--q-lambda", "2"], tmp_path)
-        == "pqn_atari.py: error: argument --q-lambda: must be in [0, 1], got 2"
+        == "pqn_atari.py: error: argument --q-lambda: must be a number in [0, 1], got 2"
     )
 
 
