@@ -106,10 +106,10 @@ def read_run(run_dir):
     }
 
 
-def write_csv(run_dir, path, command=None):
+def write_csv(run_dir, path, command=None, run=None):
     """The run as a small CSV: `# key: value` header lines, then one `step,return,seconds` row per game.
-    Mode "x": an existing file is never overwritten (FileExistsError)."""
-    run = read_run(run_dir)
+    run: read_run(run_dir), where already read. Mode "x": an existing file is never overwritten (FileExistsError)."""
+    run = run or read_run(run_dir)
     params = run["params"]
     script = command.split()[1] if command else params.get("exp_name", "?") + ".py"
     with open(path, "x") as f:
@@ -404,10 +404,11 @@ def main(argv=None):
                 print(f"{path}: exists already, left as is")
                 continue
             try:
-                if is_evaluation(read_run(run_dir)):
+                run = read_run(run_dir)
+                if is_evaluation(run):
                     print(f"{run_dir}: a run of --eval-model (a saved model watched), not exported")
                     continue
-                write_csv(run_dir, path)
+                write_csv(run_dir, path, run=run)
             except ValueError as error:
                 p.error(f"argument RUN: {run_dir} is not a run of these scripts: {error}")
             print(f"{path}: written from {run_dir}")
