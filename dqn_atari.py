@@ -500,9 +500,9 @@ def check_args(p, args):
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
     # In a full ring, all of an environment's rows can be sampled but these: the STACK - 1 oldest (frames of
     # their stacks are overwritten), the newest (its next frame is not stored yet), steps played for the agent
-    # (up to 3 in a row, a game's reset and launch, but for a life or game ending in them, rare) and, after --resume,
-    # the last row before the stop (its next frame was never stored) and the new game's launch (2 rows). With
-    # fewer rows than those and one more, none might be left to sample: an update would wait forever.
+    # (usually up to 3 in a row, a game's reset and launch; more where a life or the game ends during them) and,
+    # after --resume, the last row before the stop (its next frame was never stored) and the new game's launch
+    # (2 rows). With fewer rows than those and one more, none might be left to sample: an update would wait forever.
     min_rows = (STACK - 1) + 1 + 3 + 1 + 2 + 1
     if args.buffer_size < min_rows:
         p.error(f"argument --buffer-size: must be at least {min_rows}")

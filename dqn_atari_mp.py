@@ -559,10 +559,11 @@ def check_args(p, args):
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
     # In a full ring, all of an environment's rows can be sampled but these: the STACK - 1 oldest (frames of
     # their stacks are overwritten), the newest (its next frame is not stored yet), steps played for the agent
-    # (up to 3 in a row, a game's reset and launch, but for a life or game ending in them, rare) and, after --resume,
-    # the last row before the stop (its next frame was never stored) and the new game's launch (2 rows). With
-    # fewer rows than those and one more, none might be left to sample: an update would wait forever.
-    # steps must fit in its column, or the batch would write over its own first steps.
+    # (usually up to 3 in a row, a game's reset and launch; more where a life or the game ends during them) and,
+    # after --resume, the last row before the stop (its next frame was never stored) and the new game's launch
+    # (2 rows). With fewer rows than those and one more, none might be left to sample: an update would wait forever.
+    # And a worker's batch of SEND_BATCH steps must fit in its column, or the batch would write over its own
+    # first steps.
     min_rows = max((STACK - 1) + 1 + 3 + 1 + 2 + 1, SEND_BATCH)
     if args.buffer_size // args.workers_count < min_rows:
         p.error(f"argument --buffer-size: must be at least {min_rows} * --workers-count = {min_rows * args.workers_count}")
@@ -818,8 +819,8 @@ def start_workers(args, acting_network, global_step):
     # else): if the learner dies, a worker's next send, at most 32 steps on, fails and the worker ends.
     # Ctrl-C and a closed terminal (both sent to every process in the terminal's group) are blocked while the
     # workers start: a worker keeps them blocked for good (a signal mask survives exec), so they never reach
-    # it, even as it imports torch; the learner stops it as its main loop ends, before it saves the run. In the learner they
-    # wait until it unblocks them: none is lost. (Windows has no signal masks.)
+    # it, even as it imports torch; the learner stops it as its main loop ends, before it saves the run. In
+    # the learner they wait until it unblocks them: none is lost. (Windows has no signal masks.)
     terminal_signals = [signum for signum in STOP_SIGNALS if signum != signal.SIGTERM]
     can_block = hasattr(signal, "pthread_sigmask")
     if can_block:

@@ -530,8 +530,8 @@ def check_args(p, args):
                 p.error(f"argument --track: {error} Or keep the run on disk: WANDB_MODE=offline")
     if args.rollout_length < 4:
         p.error("argument --rollout-length: must be at least 4 (a game starts with 3 steps played for the agent)")
-    # Usually at most 3 steps in a row are played for the agent (a reset, FIRE, 2; more where a life or the time limit
-    # ends during them, rare): >= envs * (length // 4) transitions, so every minibatch gets some
+    # Usually at most 3 steps in a row are played for the agent (a reset, FIRE, 2; more where a life or the game
+    # ends during them): so >= envs * (length // 4) transitions, and every minibatch gets some
     if args.num_minibatches > args.envs_count * (args.rollout_length // 4):
         p.error(
             f"argument --num-minibatches: must be at most --envs-count * (--rollout-length // 4) = "

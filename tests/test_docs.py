@@ -21,8 +21,13 @@ FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 INLINE = re.compile(r"`([^`]+)`")
 COMMAND = re.compile(r"python3? ((?:benchmark/)?[a-z_0-9]+\.py)\b(.*)")
 # A doc's placeholders, read as a value of the right kind: seed N, RUN_DIR... (one or more run directories)
-PLACEHOLDERS = {"N": "1", "RUN_DIR...": "RUN_DIR", "...": None}
+PLACEHOLDERS = {"N": "1", "RUN_DIR...": "RUN_DIR"}
 OURS = sorted(glob.glob("*.py", root_dir=ROOT) + glob.glob("benchmark/*.py", root_dir=ROOT))
+
+
+def flags_of(rest):
+    """A command's flags, less a trailing comment and a doc's "..." (more flags), its placeholders made values."""
+    return [PLACEHOLDERS.get(f, f) for f in shlex.split(re.split(r"\s#", rest)[0]) if f != "..."]
 
 
 def doc_commands():
@@ -36,13 +41,12 @@ def doc_commands():
         lines += [" ".join(span.split()) for span in INLINE.findall(FENCED.sub("", text))]  # a span may wrap
         for line in lines:
             if match := COMMAND.match(line.strip().removeprefix("$ ")):
-                flags = shlex.split(re.split(r"\s#", match.group(2))[0])  # less a trailing comment
-                commands.append((doc, match.group(1), [PLACEHOLDERS.get(f, f) for f in flags if f != "..."]))
+                commands.append((doc, match.group(1), flags_of(match.group(2))))
     for script in OURS:  # the usage lines of each script's and tool's docstring
         docstring = ast.get_docstring(ast.parse(open(os.path.join(ROOT, script), encoding="utf-8").read())) or ""
         for line in re.sub(r"\\\n\s*", " ", docstring).splitlines():
             if match := COMMAND.match(line.strip()):
-                commands.append((script, match.group(1), shlex.split(re.split(r"\s#", match.group(2))[0])))
+                commands.append((script, match.group(1), flags_of(match.group(2))))
     return commands
 
 
