@@ -26,6 +26,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import dqn_atari  # noqa: E402  (a tool may import a script; scripts never import each other)
+import plumbing.checkpoints  # noqa: E402
+import plumbing.run  # noqa: E402
 
 
 def timed(replay_files, module):
@@ -82,18 +84,19 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         os.chdir(tmp)
         flags = dqn_atari.parse_args(["--buffer-size", str(args.buffer_size), "--save-every", str(args.save_every)])
-        run_dir, writer, _ = dqn_atari.open_run(flags)
+        run = plumbing.run.Run(flags, "dqn_atari.py", "cpu")
+        run_dir, writer = run.dir, run.writer
         q_network = dqn_atari.QNetwork(4).to(memory_format=torch.channels_last)
         target_network = dqn_atari.QNetwork(4).to(memory_format=torch.channels_last)
         optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4, fused=True)
         q_network(torch.zeros(32, 4, 84, 84, dtype=torch.uint8)).sum().backward()
         optimizer.step()  # Adam's state exists, as in a run that learns
         replay = dqn_atari.ReplayMemory(args.buffer_size, 1)
-        progress = dqn_atari.Progress(writer, 10**9)
+        progress = plumbing.run.Progress(writer, 10**9)
         rng = np.random.default_rng(0)
-        replay_files = dqn_atari.ReplayFiles(replay, run_dir)
-        checkpoints = dqn_atari.Checkpoints(
-            flags, run_dir, 4, progress, q_network, optimizer, target_network, rng, replay_files
+        replay_files = plumbing.checkpoints.ReplayFiles(replay, run_dir)
+        checkpoints = plumbing.run.Checkpoints(
+            flags, "dqn_atari.py", run_dir, 4, progress, q_network, optimizer, target_network, rng, replay_files
         )
         parts = timed(replay_files, dqn_atari)
         frames = rng.integers(0, 256, size=(4096, 1, 84, 84), dtype=np.uint8)  # what is written: noise, as incompressible

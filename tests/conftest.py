@@ -211,11 +211,10 @@ def let_go_of_run_dirs():
     """A script holds each run directory it makes or resumes for as long as its process lives
     (hold_run_dir); the tests run many scripts' mains in one process: each test's are let go after it."""
     yield
-    for name in ["dqn_atari", "dqn_atari_vec", "dqn_atari_mp", "a2c_batched", "ppo_atari", "pqn_atari"]:
-        held = getattr(sys.modules.get(name), "HELD_RUN_DIRS", {})
-        for descriptor in held.values():
-            os.close(descriptor)  # (closing it lets go of its lock)
-        held.clear()
+    held = getattr(sys.modules.get("plumbing.run"), "HELD_RUN_DIRS", {})
+    for descriptor in held.values():
+        os.close(descriptor)  # (closing it lets go of its lock)
+    held.clear()
 
 
 def descendants(pid):

@@ -24,6 +24,9 @@ from conftest import (
 )
 
 import dqn_atari
+import plumbing.checkpoints
+import plumbing.run
+from plumbing.flags import rom_name
 
 # A short Breakout run: 600 warm-up steps, then 1,200 learning steps at one update per 2 steps.
 SHORT = [
@@ -183,23 +186,21 @@ def test_epsilon_schedule_by_hand():
 
 
 def test_rom_names():
-    assert dqn_atari.rom_name("BreakoutNoFrameskip-v4") == "breakout"
-    assert dqn_atari.rom_name("ALE/MontezumaRevenge-v5") == "montezuma_revenge"
-    assert dqn_atari.rom_name("pong") == "pong"
-    assert dqn_atari.rom_name("Other/Pong-v5") == "" and dqn_atari.rom_name("x/y/breakout") == ""
+    assert rom_name("BreakoutNoFrameskip-v4") == "breakout"
+    assert rom_name("ALE/MontezumaRevenge-v5") == "montezuma_revenge"
+    assert rom_name("pong") == "pong"
+    assert rom_name("Other/Pong-v5") == "" and rom_name("x/y/breakout") == ""
     # every game by the ids ale-py registers in gymnasium (UpNDown and TicTacToe3D defeat a CamelCase split)
     gymnasium.register_envs(ale_py)
     atari_ids = [env_id for env_id, spec in gymnasium.registry.items() if spec.entry_point == "ale_py.env:AtariEnv"]
     assert len(atari_ids) > 300 and "ALE/TicTacToe3D-v5" in atari_ids and "UpNDownNoFrameskip-v4" in atari_ids
-    assert all(dqn_atari.rom_name(env_id) in ale_py.roms.get_all_rom_ids() for env_id in atari_ids)
-    assert dqn_atari.rom_name("ALE/TicTacToe3D-v5") == "tic_tac_toe_3d" and dqn_atari.rom_name("up_n_down") == "up_n_down"
-    assert dqn_atari.rom_name("Breakout-v" + "9" * 300) == ""  # a version number that long would overflow the run's name
+    assert all(rom_name(env_id) in ale_py.roms.get_all_rom_ids() for env_id in atari_ids)
+    assert rom_name("ALE/TicTacToe3D-v5") == "tic_tac_toe_3d" and rom_name("up_n_down") == "up_n_down"
+    assert rom_name("Breakout-v" + "9" * 300) == ""  # a version number that long would overflow the run's name
     # ROMs ALE cannot load for one player (it would end the process), and underscores that are no ROM's
-    assert [dqn_atari.rom_name(env_id) for env_id in ["combat", "ALE/Warlords-v5", "JoustNoFrameskip-v4", "maze_craze"]] == [
-        ""
-    ] * 4
-    assert dqn_atari.rom_name("P_o_n_g") == "" and dqn_atari.rom_name("Pong" + "_" * 300) == ""
-    assert dqn_atari.rom_name("Up_N_Down") == "up_n_down" and dqn_atari.rom_name("upndown") == "up_n_down"
+    assert [rom_name(env_id) for env_id in ["combat", "ALE/Warlords-v5", "JoustNoFrameskip-v4", "maze_craze"]] == [""] * 4
+    assert rom_name("P_o_n_g") == "" and rom_name("Pong" + "_" * 300) == ""
+    assert rom_name("Up_N_Down") == "up_n_down" and rom_name("upndown") == "up_n_down"
 
 
 def play_into_replay(capacity, steps, seed=0):
@@ -285,36 +286,36 @@ def test_replay_costs_one_frame_per_transition():
     total = sum(
         a.nbytes for a in (replay.frames, replay.actions, replay.rewards, replay.dones, replay.agent_acted, replay.firsts)
     )
-    assert total / 10_000 == dqn_atari.REPLAY_BYTES_PER_TRANSITION <= 7_500
+    assert total / 10_000 == plumbing.checkpoints.REPLAY_BYTES_PER_TRANSITION <= 7_500
 
 
 def test_a_second_ctrl_c_while_saving_waits_for_the_save(in_tmp, monkeypatch):
     """A Ctrl-C at step 300 ends the loop; a second one in the middle of writing the checkpoint only
     joins the first (no exception cuts the save short): the checkpoint reads back, exit status 130."""
     monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    monkeypatch.setattr(dqn_atari, "stop_signals", [])
-    show, save = dqn_atari.Progress.show, dqn_atari.save_atomically
+    monkeypatch.setattr(plumbing.run, "stop_signals", [])
+    show, save = plumbing.run.Progress.show, plumbing.checkpoints.save_atomically
 
     def show_then_ctrl_c(progress, step, *rest):
         show(progress, step, *rest)
-        if step >= 300 and not dqn_atari.stop_signals:
+        if step >= 300 and not plumbing.run.stop_signals:
             signal.raise_signal(signal.SIGINT)  # the handler runs as raise_signal returns
 
     def save_with_a_ctrl_c_inside(data, path):
         signal.raise_signal(signal.SIGINT)
         save(data, path)
 
-    monkeypatch.setattr(dqn_atari.Progress, "show", show_then_ctrl_c)
-    monkeypatch.setattr(dqn_atari, "save_atomically", save_with_a_ctrl_c_inside)
-    handler = signal.signal(signal.SIGINT, dqn_atari.on_stop_signal)  # as when run as a script
+    monkeypatch.setattr(plumbing.run.Progress, "show", show_then_ctrl_c)
+    monkeypatch.setattr(plumbing.checkpoints, "save_atomically", save_with_a_ctrl_c_inside)
+    handler = signal.signal(signal.SIGINT, plumbing.run.on_stop_signal)  # as when run as a script
     try:
         with pytest.raises(SystemExit) as stop:
             dqn_atari.main(["--total-timesteps", "1000", "--learning-starts", "100", "--buffer-size", "1000"])
     finally:
         signal.signal(signal.SIGINT, handler)
-    assert stop.value.code == 130 and dqn_atari.stop_signals == [signal.SIGINT, signal.SIGINT]
+    assert stop.value.code == 130 and plumbing.run.stop_signals == [signal.SIGINT, signal.SIGINT]
     (run_dir,) = [os.path.join("runs", name) for name in os.listdir("runs")]
-    checkpoint = dqn_atari.read_checkpoint(run_dir)
+    checkpoint = plumbing.checkpoints.read_checkpoint(run_dir)
     assert checkpoint["resumable"] and 300 <= checkpoint["global_step"] < 1000, checkpoint and checkpoint["global_step"]
 
 
@@ -368,13 +369,6 @@ def test_bad_input_from_the_command_line(tmp_path):
     assert message.startswith("dqn_atari.py: error: argument --total-timesteps"), message
 
 
-def test_continuous_action_space_is_refused(in_tmp, monkeypatch, capsys):
-    monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, n: AtariVectorEnv("breakout", n, continuous=True))
-    with pytest.raises(SystemExit) as exit_info:
-        dqn_atari.main(["--total-timesteps", "100"])
-    assert exit_info.value.code == 2 and "--env-id" in capsys.readouterr().err
-
-
 def test_capture_video_without_imageio_fails_at_once(in_tmp, monkeypatch, capsys):
     monkeypatch.setitem(__import__("sys").modules, "imageio", None)
     with pytest.raises(SystemExit) as exit_info:
@@ -384,7 +378,7 @@ def test_capture_video_without_imageio_fails_at_once(in_tmp, monkeypatch, capsys
 
 
 def test_a_new_run_never_overwrites_an_old_one(in_tmp):
-    first, second = dqn_atari.new_run_dir("same_name"), dqn_atari.new_run_dir("same_name")
+    first, second = plumbing.run.new_run_dir("same_name"), plumbing.run.new_run_dir("same_name")
     assert first != second and os.path.isdir(first) and os.path.isdir(second)
 
 
@@ -404,7 +398,7 @@ def test_trains_where_the_system_does_not_say_how_much_memory_is_free(in_tmp, mo
     """No /proc/meminfo and no os.sysconf (as on Windows): the replay's memory check is skipped, the run trains."""
     hide_meminfo(monkeypatch)
     monkeypatch.delattr(os, "sysconf")
-    assert dqn_atari.available_memory_bytes() is None
+    assert plumbing.flags.available_memory_bytes() is None
     flags = ["--total-timesteps", "300", "--learning-starts", "100", "--buffer-size", "1000", "--batch-size", "8"]
     scalars = read_scalars(dqn_atari.main(flags + ["--learn-steps-period", "1"]))
     assert scalars["charts/updates"][1][-1] == 300 - 100  # it learnt: one update a step
@@ -414,9 +408,9 @@ def test_trains_where_the_system_does_not_say_how_much_memory_is_free(in_tmp, mo
 def test_free_memory_is_none_where_the_system_does_not_tell(monkeypatch):
     """The same function in every script (test_long_runs.py checks it): Linux tells; macOS (a sysconf without
     SC_AVPHYS_PAGES) and Windows (no os.sysconf) do not, and there the check is skipped instead of failing."""
-    assert dqn_atari.available_memory_bytes() > 0  # Linux: /proc/meminfo
+    assert plumbing.flags.available_memory_bytes() > 0  # Linux: /proc/meminfo
     hide_meminfo(monkeypatch)
-    assert dqn_atari.available_memory_bytes() > 0  # other Unixes: sysconf
+    assert plumbing.flags.available_memory_bytes() > 0  # other Unixes: sysconf
     real_sysconf = os.sysconf
 
     def sysconf_of_macos(name):
@@ -425,9 +419,9 @@ def test_free_memory_is_none_where_the_system_does_not_tell(monkeypatch):
         return real_sysconf(name)
 
     monkeypatch.setattr(os, "sysconf", sysconf_of_macos)
-    assert dqn_atari.available_memory_bytes() is None
+    assert plumbing.flags.available_memory_bytes() is None
     monkeypatch.delattr(os, "sysconf")  # as on Windows
-    assert dqn_atari.available_memory_bytes() is None
+    assert plumbing.flags.available_memory_bytes() is None
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(in_tmp):

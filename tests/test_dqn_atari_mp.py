@@ -25,6 +25,8 @@ from conftest import (
 )
 
 import dqn_atari_mp
+import plumbing.checkpoints
+import plumbing.run
 
 SMALL = [
     "--total-timesteps",
@@ -222,8 +224,8 @@ def test_bad_input_fails_at_once(args, flag, in_tmp, capsys):
 def test_the_replay_must_fit_beside_the_workers(in_tmp, monkeypatch, capsys):
     """Memory enough for 1,000 transitions, or for 2 workers, but not for both: refused."""
 
-    replay, workers = 1000 * dqn_atari_mp.REPLAY_BYTES_PER_TRANSITION, 2 * dqn_atari_mp.WORKER_BYTES
-    monkeypatch.setattr(dqn_atari_mp, "available_memory_bytes", lambda: replay + workers - 1)
+    replay, workers = 1000 * plumbing.checkpoints.REPLAY_BYTES_PER_TRANSITION, 2 * dqn_atari_mp.WORKER_BYTES
+    monkeypatch.setattr(plumbing.flags, "available_memory_bytes", lambda: replay + workers - 1)
     monkeypatch.setattr(dqn_atari_mp, "start_workers", refused_before_this)
     assert_refused(dqn_atari_mp.main, ["--buffer-size", "1000", "--workers-count", "2"], "--buffer-size", capsys)
 
@@ -333,7 +335,7 @@ def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, 
     from the target network, never from the network being trained."""
     loads, ended, batch_steps, bootstraps, forwards = [], [], [], [], []
     load, forward = dqn_atari_mp.QNetwork.load_state_dict, dqn_atari_mp.QNetwork.forward
-    end_run, td_target, linear_schedule = dqn_atari_mp.end_run, dqn_atari_mp.td_target, dqn_atari_mp.linear_schedule
+    end_run, td_target, linear_schedule = plumbing.run.Run.end, dqn_atari_mp.td_target, dqn_atari_mp.linear_schedule
 
     def spy_load(self, state_dict, *rest, **kwargs):
         if next(self.parameters()).is_shared():  # the acting network: the learner's are not shared
@@ -348,19 +350,20 @@ def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, 
         bootstraps.append(forwards[-1])  # the network whose pass gave next_q_max, just before
         return td_target(rewards, dones, next_q_max, gamma)
 
-    def spy_end_run(network, *rest):
+    def spy_end_run(run, network, *rest):
         ended.append((network, {name: value.clone() for name, value in network.state_dict().items()}))
-        return end_run(network, *rest)
+        return end_run(run, network, *rest)
 
     def spy_schedule(start_e, end_e, duration, t):  # the learner calls it once a batch, with the step
         batch_steps.append(t)
         return linear_schedule(start_e, end_e, duration, t)
 
-    for name, spy in [("end_run", spy_end_run), ("td_target", spy_td_target), ("linear_schedule", spy_schedule)]:
+    for name, spy in [("td_target", spy_td_target), ("linear_schedule", spy_schedule)]:
         monkeypatch.setattr(dqn_atari_mp, name, spy)
+    monkeypatch.setattr(plumbing.run.Run, "end", spy_end_run)
     monkeypatch.setattr(dqn_atari_mp.QNetwork, "load_state_dict", spy_load)
     monkeypatch.setattr(dqn_atari_mp.QNetwork, "forward", spy_forward)
-    handlers = {signum: signal.getsignal(signum) for signum in dqn_atari_mp.STOP_SIGNALS}
+    handlers = {signum: signal.getsignal(signum) for signum in plumbing.run.STOP_SIGNALS}
     flags = ["--total-timesteps", "800", "--learning-starts", "320", "--buffer-size", "2000", "--batch-size", "8"]
     try:
         dqn_atari_mp.main(flags + ["--learn-steps-period", "4", "--workers-count", "2"])
@@ -388,7 +391,7 @@ def test_the_learners_updates_match_a_hand_computation(in_tmp, monkeypatch):
     networks, passes, multiples_passed = [], [], dqn_atari_mp.multiples_passed
 
     # Not the Q-network's class (the workers' copy of it would have to be pickled): what is handed it first
-    class Recorded(dqn_atari_mp.Checkpoints):
+    class Recorded(plumbing.run.Checkpoints):
         def __init__(self, args, run_dir, actions_count, progress, network, optimizer, target_network, *rest):
             super().__init__(args, run_dir, actions_count, progress, network, optimizer, target_network, *rest)
             networks.append((network, target_network, {k: v.clone() for k, v in network.state_dict().items()}))
@@ -397,13 +400,13 @@ def test_the_learners_updates_match_a_hand_computation(in_tmp, monkeypatch):
         passes.append((step, new_steps))
         return multiples_passed(step, new_steps, period)
 
-    monkeypatch.setattr(dqn_atari_mp, "Checkpoints", Recorded)
+    monkeypatch.setattr(plumbing.run, "Checkpoints", Recorded)
     monkeypatch.setattr(dqn_atari_mp, "multiples_passed", record_pass)
     batches = record_batches(monkeypatch, dqn_atari_mp)
     warm_up, tau = 40, 0.05
     flags = ["--total-timesteps", "140", "--learning-starts", str(warm_up), "--learn-steps-period", "1"]
     flags += ["--buffer-size", "200", "--batch-size", "8", "--target-network-frequency", "1", "--tau", str(tau)]
-    handlers = {signum: signal.getsignal(signum) for signum in dqn_atari_mp.STOP_SIGNALS}
+    handlers = {signum: signal.getsignal(signum) for signum in plumbing.run.STOP_SIGNALS}
     try:
         scalars = read_scalars(dqn_atari_mp.main(flags + ["--workers-count", "2"]))
     finally:
@@ -434,7 +437,7 @@ def test_learns_catch_beyond_random_from_two_workers(in_tmp, monkeypatch):
     monkeypatch.setattr(dqn_atari_mp, "worker", mp_helpers.worker_on_catch)
     flags = ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "10000", "--learning-rate", "5e-4"]
     flags += ["--target-network-frequency", "200", "--exploration-fraction", "0.64", "--end-e", "0.05"]
-    handlers = {signum: signal.getsignal(signum) for signum in dqn_atari_mp.STOP_SIGNALS}
+    handlers = {signum: signal.getsignal(signum) for signum in plumbing.run.STOP_SIGNALS}
     try:
         returns = catch_returns(dqn_atari_mp, flags + ["--learn-steps-period", "2", "--workers-count", "2"], monkeypatch)
     finally:

@@ -21,6 +21,9 @@ from conftest import (
 
 import dqn_atari
 import dqn_atari_vec
+import plumbing.checkpoints
+import plumbing.flags
+import plumbing.run
 
 SAME = [
     "--env-id",
@@ -193,8 +196,8 @@ def test_a_replay_that_could_never_be_sampled_is_refused(args, flag, in_tmp, cap
 def test_the_replay_must_fit_beside_the_games(in_tmp, monkeypatch, capsys):
     """Memory enough for 1,000 transitions, or for 64 games, but not for both: refused."""
 
-    replay, games = 1000 * dqn_atari_vec.REPLAY_BYTES_PER_TRANSITION, 64 * dqn_atari_vec.EMULATOR_BYTES
-    monkeypatch.setattr(dqn_atari_vec, "available_memory_bytes", lambda: replay + games - 1)
+    replay, games = 1000 * plumbing.checkpoints.REPLAY_BYTES_PER_TRANSITION, 64 * plumbing.flags.EMULATOR_BYTES
+    monkeypatch.setattr(plumbing.flags, "available_memory_bytes", lambda: replay + games - 1)
     monkeypatch.setattr(dqn_atari_vec, "make_env", refused_before_this)
     assert_refused(dqn_atari_vec.main, ["--buffer-size", "1000", "--envs-count", "64"], "--buffer-size", capsys)
 
@@ -252,7 +255,7 @@ def test_td_targets_come_from_the_target_network_that_follows_the_q_network(scri
     every TD target bootstraps from the target network, never from the network being trained, and
     that network changes only where a copy is due; --save-model saves the network trained."""
     forwards, bootstraps, ended = [], [], []
-    forward, td_target, end_run = script.QNetwork.forward, script.td_target, script.end_run
+    forward, td_target, end_run = script.QNetwork.forward, script.td_target, plumbing.run.Run.end
 
     def spy_forward(self, frames):
         forwards.append(self)
@@ -263,12 +266,12 @@ def test_td_targets_come_from_the_target_network_that_follows_the_q_network(scri
         bootstraps.append((target_network, [p.detach().clone() for p in target_network.parameters()]))
         return td_target(rewards, dones, next_q_max, gamma)
 
-    def spy_end_run(network, *rest):
+    def spy_end_run(run, network, *rest):
         ended.append(network)
-        return end_run(network, *rest)
+        return end_run(run, network, *rest)
 
-    for name, spy in [("td_target", spy_td_target), ("end_run", spy_end_run)]:
-        monkeypatch.setattr(script, name, spy)
+    monkeypatch.setattr(script, "td_target", spy_td_target)
+    monkeypatch.setattr(plumbing.run.Run, "end", spy_end_run)
     monkeypatch.setattr(script.QNetwork, "forward", spy_forward)
     envs = ["--envs-count", "2"] if script is dqn_atari_vec else []
     flags = ["--total-timesteps", "450", "--learning-starts", "100", "--buffer-size", "400", "--batch-size", "8"]

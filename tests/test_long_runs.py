@@ -10,7 +10,6 @@ waiting for a progress line), with small sizes and a budget they never reach: th
 
 import glob
 import importlib
-import inspect
 import os
 import re
 import signal
@@ -27,6 +26,9 @@ import torch.utils.tensorboard
 from conftest import ROOT, read_scalars, read_text, run_bad
 
 import dqn_atari
+import plumbing.checkpoints
+import plumbing.evaluation
+import plumbing.run
 
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 DQN_SMALL = ["--learning-starts", "1000", "--buffer-size", "5000", "--batch-size", "8"]
@@ -236,10 +238,10 @@ def test_a_stop_during_a_long_update_ends_it_after_the_gradient_step_in_progress
     def step_then_be_stopped(self, *args, **kwargs):
         steps.append(1)
         if len(steps) == 3:  # the update's third gradient step: kill
-            mod.stop_signals.append(signal.SIGTERM)
+            plumbing.run.stop_signals.append(signal.SIGTERM)
         return real_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(mod, "stop_signals", [])
+    monkeypatch.setattr(plumbing.run, "stop_signals", [])
     monkeypatch.setattr(optimizer, "step", step_then_be_stopped)
     flags = {"dqn_atari_vec.py": ["--envs-count", "16", "--learn-steps-period", "1", "--learning-starts", "48"]}
     flags = flags.get(script, SMALL[script] + ["--update-epochs", "1000"]) + ["--total-timesteps", "10000"]
@@ -268,7 +270,7 @@ def test_sigkill_leaves_the_last_complete_checkpoint(tmp_path):
     written = {"dqn_atari.pt", "dqn_atari.pt.tmp", "checkpoint.pt", "checkpoint.pt.tmp", "replay"}
     assert set(os.listdir(run_dir)) - written == set(glob.glob("events.*", root_dir=run_dir))
     loads_into_the_network("dqn_atari.py", os.path.join(run_dir, "dqn_atari.pt"))
-    assert dqn_atari.read_checkpoint(run_dir) is not None  # and --resume can go on from checkpoint.pt
+    assert plumbing.checkpoints.read_checkpoint(run_dir) is not None  # and --resume can go on from checkpoint.pt
 
 
 # ---------------------------------------------------------------- watching a saved agent
@@ -314,7 +316,7 @@ def test_a_stop_before_the_games_start_ends_eval_model_without_a_game(stopped, t
         model = stopped[script].model_path
         programs[script] = (
             f"import os, signal, sys; sys.path.insert(0, {ROOT!r}); import {script[:-3]} as s; "
-            "signal.signal(signal.SIGINT, s.on_stop_signal); os.kill(os.getpid(), signal.SIGINT); "
+            "signal.signal(signal.SIGINT, plumbing.run.on_stop_signal); os.kill(os.getpid(), signal.SIGINT); "
             f"s.main(['--eval-model', {model!r}, '--eval-episodes', '2'])"
         )
     procs = {
@@ -363,8 +365,8 @@ def test_eval_model_refused_on_the_command_line(stopped, tmp_path):
 
 
 # ---------------------------------------------------------------- time left
-def test_time_left_by_hand():  # the same code in every script: test_the_shared_code_is_the_same_in_every_script
-    time_left = dqn_atari.time_left
+def test_time_left_by_hand():
+    time_left = plumbing.run.time_left
     assert time_left(98 * 60 * 150, 150) == "1h38m"  # 5,880 s
     assert time_left(5_879, 1) == "1h37m"  # 1 h 37 min 59 s: rounded down, never up
     assert time_left(10_000_000 - 81_312, 150) == "18h22m"  # the run in the issue: 66,125 s
@@ -437,44 +439,6 @@ def test_a_runs_path_that_is_no_folder_stops_the_run_with_one_line(script, in_tm
     assert open("runs").read() == "the user's"
 
 
-def test_the_shared_code_is_the_same_in_every_script():
-    for name in [
-        "rom_name",
-        "make_env",
-        "push_frames",
-        "AtariGames",
-        "number_type",
-        "new_run_dir",
-        "hold_run_dir",
-        "time_left",
-        "experiment_name",
-        "available_memory_bytes",
-        "Progress",
-        "on_stop_signal",
-        "Checkpoints",
-        "save_atomically",
-        "plain",
-        "sync_dir",
-        "open_run",
-        "read_checkpoint",
-        "resumed_args",
-        "model_error",
-        "watch_saved_model",
-        "evaluate_and_log",
-        "start_wandb",
-        "close_logs",
-        "stop_if_diverged",
-        "evaluation_games",
-        "VideoRecorder",
-    ]:
-        sources = {script: inspect.getsource(getattr(module(script), name)) for script in SCRIPTS}
-        assert len(set(sources.values())) == 1, name
-    # the replay's files: dqn_atari_mp.py's differ where its replay does (a position for each worker)
-    for name, scripts in [("write_rows", SCRIPTS[:3]), ("ReplayFiles", SCRIPTS[:2])]:
-        sources = {script: inspect.getsource(getattr(module(script), name)) for script in scripts}
-        assert len(set(sources.values())) == 1, name
-
-
 def test_time_left_follows_the_rate_once_dqn_learns(in_tmp, monkeypatch, capsys):
     """dqn_atari.py's main loop on a simulated clock, with the rates of the issue's run: a step takes
     1/2,700 s in the warm-up, 1/150 s once learning starts. From the first progress line after
@@ -492,12 +456,12 @@ def test_time_left_follows_the_rate_once_dqn_learns(in_tmp, monkeypatch, capsys)
             self.steps += 1
             clock.now += 1 / 150 if self.steps > learning_starts else 1 / 2_700
             if self.steps == stop_at:
-                dqn_atari.stop_signals.append(signal.SIGINT)  # as Ctrl-C does
+                plumbing.run.stop_signals.append(signal.SIGINT)  # as Ctrl-C does
             return super().recv()
 
     monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count: TimedCatch(envs_count))
-    monkeypatch.setattr(dqn_atari, "time", types.SimpleNamespace(time=lambda: clock.now))
-    monkeypatch.setattr(dqn_atari, "stop_signals", [])
+    monkeypatch.setattr(plumbing.run, "time", types.SimpleNamespace(time=lambda: clock.now))
+    monkeypatch.setattr(plumbing.run, "stop_signals", [])
     with pytest.raises(SystemExit) as exit_info:
         dqn_atari.main(
             [
@@ -555,7 +519,7 @@ def test_eval_epsilon_is_the_share_of_random_actions_in_the_evaluation(script, i
     monkeypatch.setattr(mod.AtariGames, "send", spy_send)
     args = mod.parse_args(["--eval-epsilon", "0.25", "--eval-episodes", "3"])
     with torch.utils.tensorboard.SummaryWriter(str(in_tmp)) as writer:
-        mod.evaluate_and_log(network_class(4), args, str(in_tmp), writer, torch.device("cpu"))
+        plumbing.evaluation.evaluate_and_log(network_class(4), mod.evaluate, args, str(in_tmp), writer, torch.device("cpu"))
     shares = [actions.count(action) / len(actions) for action in range(4)]
     assert len(actions) >= 300 and 0.75 <= shares[3] <= 0.875, shares  # three standard deviations either side
     assert all(0.02 <= share <= 0.105 for share in shares[:3]), shares
@@ -578,15 +542,16 @@ def test_the_evaluation_leaves_nohups_sighup_ignored(script, in_tmp, monkeypatch
     """Run as a script, Ctrl-C and kill stop the evaluation games at once (nothing is left to save),
     but a run started under nohup keeps SIGHUP ignored: a closed terminal must not end it."""
     mod = module(script)
-    handlers = {signum: signal.getsignal(signum) for signum in mod.STOP_SIGNALS}
+    handlers = {signum: signal.getsignal(signum) for signum in plumbing.run.STOP_SIGNALS}
     args = mod.parse_args(["--eval-episodes", "1", "--eval-epsilon", "1.0"])  # random play: a short game
     try:
-        signal.signal(signal.SIGINT, mod.on_stop_signal)  # as __main__ sets them under nohup
-        signal.signal(signal.SIGTERM, mod.on_stop_signal)
+        signal.signal(signal.SIGINT, plumbing.run.on_stop_signal)  # as __main__ sets them under nohup
+        signal.signal(signal.SIGTERM, plumbing.run.on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         with torch.utils.tensorboard.SummaryWriter(str(in_tmp)) as writer:
-            mod.evaluate_and_log(getattr(mod, NETWORK[script])(4), args, str(in_tmp), writer, torch.device("cpu"))
-        now = {signum: signal.getsignal(signum) for signum in mod.STOP_SIGNALS}
+            network = getattr(mod, NETWORK[script])(4)
+            plumbing.evaluation.evaluate_and_log(network, mod.evaluate, args, str(in_tmp), writer, torch.device("cpu"))
+        now = {signum: signal.getsignal(signum) for signum in plumbing.run.STOP_SIGNALS}
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)

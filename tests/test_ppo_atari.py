@@ -28,6 +28,7 @@ from conftest import (  # noqa: E402
 )
 
 import a2c_batched  # noqa: E402
+import plumbing.checkpoints  # noqa: E402
 import ppo_atari  # noqa: E402
 
 TAGS = [
@@ -330,7 +331,9 @@ def test_target_kl_ends_the_epochs_once_the_policy_has_moved_that_far(in_tmp, mo
     KL that the first epoch always passes, one epoch a rollout, 4."""
     monkeypatch.setattr(ppo_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     flags = ["--envs-count", "4", "--rollout-length", "32", "--num-minibatches", "2", "--total-timesteps", "256"]
-    updates = [ppo_atari.read_checkpoint(ppo_atari.main(flags + more))["updates"] for more in ([], ["--target-kl", "1e-9"])]
+    updates = [
+        plumbing.checkpoints.read_checkpoint(ppo_atari.main(flags + more))["updates"] for more in ([], ["--target-kl", "1e-9"])
+    ]
     assert updates == [16, 4]
 
 
@@ -344,7 +347,7 @@ def test_target_kl_ends_the_epochs_at_the_first_that_passes_it(in_tmp, monkeypat
     (kl,) = read_scalars(ppo_atari.main(flags + ["--update-epochs", "2"]))["losses/approx_kl"][1]
     assert kl > 0
     run_dir = ppo_atari.main(flags + ["--update-epochs", "3", "--target-kl", str(0.99 * kl)])
-    assert ppo_atari.read_checkpoint(run_dir)["updates"] == 2
+    assert plumbing.checkpoints.read_checkpoint(run_dir)["updates"] == 2
     assert read_scalars(run_dir)["losses/approx_kl"][1].tolist() == [kl]
 
 

@@ -24,6 +24,9 @@ import pytest
 import torch
 from conftest import ROOT, read_scalars, refused_before_this
 
+import plumbing.checkpoints
+import plumbing.run
+
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 DQN_TINY = ["--learning-starts", "50", "--buffer-size", "200", "--batch-size", "8", "--learn-steps-period", "4"]
 TINY = {  # a few hundred steps, a checkpoint every 100
@@ -172,7 +175,7 @@ def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkey
     its state then is what the first had at the checkpoint, bit for bit, the replay included (rebuilt
     from the checkpoint's files alone), and TensorBoard shows no step after the checkpoint's."""
     mod, saves, writers = module(script), [], []
-    real_save = mod.Checkpoints.save
+    real_save = plumbing.run.Checkpoints.save
 
     def save(self, step, updates, finished=False):
         saves.append(live_state(self, step, updates))
@@ -193,9 +196,9 @@ def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkey
                 raise Killed
             return super().recv()
 
-    monkeypatch.setattr(mod.Checkpoints, "save", save)
+    monkeypatch.setattr(plumbing.run.Checkpoints, "save", save)
     monkeypatch.setattr(mod, "SummaryWriter", Writer)
-    monkeypatch.setattr(mod, "stop_signals", [])
+    monkeypatch.setattr(plumbing.run, "stop_signals", [])
     monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count: KilledCatch(envs_count))
     with pytest.raises(Killed):
         mod.main(["--total-timesteps", "1000", "--save-every", "300", "--seed", "4"] + IN_PROCESS[script])
@@ -205,7 +208,7 @@ def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkey
     assert max(s.max() for s in steps_logged) > saves[0]["step"]  # the killed run logged beyond its checkpoint
 
     monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    mod.stop_signals.append(signal.SIGINT)  # the resumed run stops at its loop's top: its state is the restored one
+    plumbing.run.stop_signals.append(signal.SIGINT)  # the resumed run stops at its loop's top: its state is the restored one
     with pytest.raises(SystemExit) as exit_info:
         mod.main(["--resume", run_dir])
     assert exit_info.value.code == 130
@@ -219,15 +222,18 @@ def test_the_mp_learners_state_comes_back_bit_for_bit(in_tmp):
     streams, scores and replay (rows from two workers), saved, then restored into new objects."""
     mod, data_rng = module("dqn_atari_mp.py"), np.random.default_rng(0)
     args = mod.parse_args(["--buffer-size", "1000", "--workers-count", "2", "--learning-starts", "64", "--seed", "7"])
-    run_dir = mod.new_run_dir("mp_state")
+    run_dir = plumbing.run.new_run_dir("mp_state")
 
     def learner():
         q_network, target_network = mod.QNetwork(4), mod.QNetwork(4)
         optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
-        replay, progress = mod.ReplayMemory(args.buffer_size, args.workers_count), mod.Progress(None, args.total_timesteps)
-        files = mod.ReplayFiles(replay, run_dir)
+        replay, progress = (
+            mod.ReplayMemory(args.buffer_size, args.workers_count),
+            plumbing.run.Progress(None, args.total_timesteps),
+        )
+        files = plumbing.checkpoints.ReplayFiles(replay, run_dir, mod.SEND_BATCH)
         objects = (q_network, optimizer, target_network, np.random.default_rng(args.seed), files)
-        return mod.Checkpoints(args, run_dir, 4, progress, *objects)
+        return plumbing.run.Checkpoints(args, "dqn_atari_mp.py", run_dir, 4, progress, *objects)
 
     saving = learner()
     for _ in range(3):  # an optimizer with state, networks that differ, streams moved on
@@ -244,7 +250,7 @@ def test_the_mp_learners_state_comes_back_bit_for_bit(in_tmp):
     np.random.random(3), torch.rand(3), random.random()  # the streams move on after the save, as a run's do
 
     restored = learner()
-    assert restored.restore(mod.read_checkpoint(run_dir)) == (6400, 1234)
+    assert restored.restore(plumbing.checkpoints.read_checkpoint(run_dir)) == (6400, 1234)
     assert_equal(live_state(restored, 6400, 1234), saved)
 
 
@@ -372,14 +378,14 @@ def test_a_resumed_runs_clock_starts_once_its_replay_has_loaded(finished_run, tm
     which the agent does not count, at 0: time_left's division ended the run.)"""
     script, run_dir = module("dqn_atari.py"), copied_run(finished_run, tmp_path)
     monkeypatch.setattr(script, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
-    skipped, real_time, real_load = [0.0], time.time, script.ReplayFiles.load
+    skipped, real_time, real_load = [0.0], time.time, plumbing.checkpoints.ReplayFiles.load
 
     def a_minute_to_load(self, state):
         real_load(self, state)
         skipped[0] += 60.0
 
     monkeypatch.setattr(time, "time", lambda: real_time() + skipped[0])
-    monkeypatch.setattr(script.ReplayFiles, "load", a_minute_to_load)
+    monkeypatch.setattr(plumbing.checkpoints.ReplayFiles, "load", a_minute_to_load)
     script.main(["--resume", run_dir, "--total-timesteps", "400"])
     steps, rates = read_scalars(run_dir)["charts/SPS"]
     assert skipped == [60.0] and (rates[steps > 120] > 10).all(), (steps, rates)  # Catch: hundreds of steps/s
@@ -396,10 +402,10 @@ def test_a_finished_run_that_goes_on_keeps_its_model_and_saves_the_next_beside_i
     run_dir = script.main(["--total-timesteps", "64", "--keep-checkpoint", *flags, *TINY["pqn_atari.py"]])
     with open(os.path.join(run_dir, "pqn_atari.pt"), "rb") as f:
         first_model = f.read()
-    monkeypatch.setattr(script, "stop_signals", [signal.SIGINT])  # Ctrl-C as the resumed run starts
+    monkeypatch.setattr(plumbing.run, "stop_signals", [signal.SIGINT])  # Ctrl-C as the resumed run starts
     with pytest.raises(SystemExit):
         script.main(["--resume", run_dir, "--total-timesteps", "128", *flags])
-    monkeypatch.setattr(script, "stop_signals", [])
+    monkeypatch.setattr(plumbing.run, "stop_signals", [])
     script.main(["--resume", run_dir])
     out = capsys.readouterr().out
     second = os.path.join(run_dir, "pqn_atari_2.pt")
@@ -424,12 +430,12 @@ def test_a_run_killed_between_the_files_of_its_last_save_keeps_its_model(in_tmp,
     class Killed(BaseException):
         pass
 
-    def save_then_be_killed(obj, path, real=script.save_atomically):
+    def save_then_be_killed(obj, path, real=plumbing.checkpoints.save_atomically):
         real(obj, path)
         written.append(os.path.basename(path))
         raise Killed
 
-    monkeypatch.setattr(script, "save_atomically", save_then_be_killed)
+    monkeypatch.setattr(plumbing.checkpoints, "save_atomically", save_then_be_killed)
     with pytest.raises(Killed):
         script.main(["--total-timesteps", "64", "--save-model", *TINY["pqn_atari.py"]])  # one save: the end's
     assert written == ["pqn_atari.pt"] and glob.glob("runs/*/*.pt") == glob.glob("runs/*/pqn_atari.pt")
@@ -513,7 +519,8 @@ def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_s
     went on past a whole ring after it (its files written too); and files no checkpoint needs go."""
     mod, rng = module(script), np.random.default_rng(0)
     replay = mod.ReplayMemory(buffer_size, envs)
-    files = mod.ReplayFiles(replay, str(tmp_path))
+    batch_rows = mod.SEND_BATCH if script == "dqn_atari_mp.py" else 1  # the rows a column takes at once
+    files = plumbing.checkpoints.ReplayFiles(replay, str(tmp_path), batch_rows)
     for _ in add_rows(script, replay, rng, 3 * replay.rows * envs // 2):
         files.keep_up()
     state = files.save()
@@ -523,10 +530,10 @@ def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_s
         files.keep_up()
     files.thread.shutdown()  # its last file and deletions done: a killed run's process does nothing more
     rebuilt = mod.ReplayMemory(buffer_size, envs)
-    resumed = mod.ReplayFiles(rebuilt, str(tmp_path))
+    resumed = plumbing.checkpoints.ReplayFiles(rebuilt, str(tmp_path), batch_rows)
     resumed.load(state)
     assert_equal(list(resumed.fields()) + [rebuilt.pos, rebuilt.full], saved)
-    named = {chunk[0] for chunk in (state["chunks"] if script != "dqn_atari_mp.py" else sum(state["chunks"], []))}
+    named = {chunk[0] for chunk in sum(state["chunks"], [])}
     assert {os.path.join("replay", name) for name in os.listdir(tmp_path / "replay")} == named  # the rest deleted
     # The resumed run goes on to its next checkpoint: the files only the last one named go, and what
     # is left holds at most a ring and a file a column.
@@ -535,7 +542,7 @@ def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_s
     resumed.saved(resumed.save())
     resumed.thread.submit(int).result()  # the deletions, which the background thread does, done
     on_disk = sum(entry.stat().st_size for entry in os.scandir(tmp_path / "replay"))
-    assert on_disk <= (rebuilt.rows + resumed.chunk_rows) * envs * (mod.REPLAY_BYTES_PER_TRANSITION + 1000)
+    assert on_disk <= (rebuilt.rows + resumed.chunk_rows) * envs * (plumbing.checkpoints.REPLAY_BYTES_PER_TRANSITION + 1000)
 
 
 @pytest.mark.parametrize("script", ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"])
@@ -620,7 +627,7 @@ def test_a_replay_the_disk_cannot_hold_for_resume_is_refused_at_once(script, in_
     import shutil
 
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**40, 2**40 - 2**30, 2**30))
-    monkeypatch.setattr(module(script), "available_memory_bytes", lambda: 2**40)  # memory is checked first: not short
+    monkeypatch.setattr(plumbing.flags, "available_memory_bytes", lambda: 2**40)  # memory is checked first: not short
 
     monkeypatch.setattr(module(script), "make_env", refused_before_this)
     error = refused(script, ["--buffer-size", "1000000"], capsys)

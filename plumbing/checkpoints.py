@@ -1,0 +1,340 @@
+"""Checkpoints for --resume, the replay memory's files, and the saved model.
+
+Nothing here changes what is learnt: a checkpoint holds what the script handed over (networks,
+optimizer, random streams, the replay) and gives it back bit for bit."""
+
+import collections
+import os
+import random
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from plumbing import flags
+from plumbing.flags import CHECKPOINT
+
+FORMAT = 2  # a checkpoint of an earlier version of the scripts (none, or another number) is refused, not misread
+
+
+def save_atomically(data, path):
+    """torch.save into PATH.tmp, on disk (fsync), renamed over PATH: a kill at any moment, even of the
+    machine, leaves the old file or the new one, whole."""
+    with open(path + ".tmp", "wb") as f:  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
+        torch.save(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)  # atomic: the old file or the new one, nothing in between
+    sync_dir(os.path.dirname(path))
+
+
+def plain(data):
+    """data with numpy's numbers made python's (a step count, an annealed learning rate): the
+    checkpoint then holds only what torch.load(weights_only=True) reads."""
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(plain(value) for value in data)
+    return data.item() if isinstance(data, np.generic) else data
+
+
+def sync_dir(path):
+    """The directory's entries (a rename, a new file) on disk too."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows opens no directory: there, the rename is as durable as the system makes it
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_checkpoint(run_dir):
+    """RUN_DIR's checkpoint, read with weights_only (tensors, numbers, strings and containers: nothing in
+    a run directory can run code), or None where it is truncated, not a checkpoint, or an earlier version's."""
+    try:
+        checkpoint = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True)
+    except Exception:
+        return None
+    keys = {"script", "args", "global_step", "finished", "resumable", "files", "format"}
+    return (
+        checkpoint if isinstance(checkpoint, dict) and keys <= checkpoint.keys() and checkpoint["format"] == FORMAT else None
+    )
+
+
+class Checkpoints:
+    """RUN_DIR/checkpoint.pt, all that --resume needs, written every --save-every steps, when the run
+    stops and at its end; with --save-model the network alone too, as NAME.pt (for --eval-model; a
+    finished run that goes on keeps it and writes NAME_2.pt).
+
+    It holds the network, the optimizer and, where the script has them, the target network and numpy's
+    Generator; numpy's, torch's and python's global random streams; the step and update counts; the
+    last 100 games' scores; the flags (args, whole); and the names of the replay's files (ReplayFiles, in
+    the DQN scripts). Only tensors, numbers, strings, lists, tuples, dicts and None: what
+    torch.load(weights_only=True) reads."""
+
+    def __init__(self, args, script, run_dir, actions_count, progress, network, optimizer, target_network, rng, replay):
+        self.args, self.script, self.run_dir, self.actions_count, self.progress = (
+            args,
+            script,
+            run_dir,
+            actions_count,
+            progress,
+        )
+        self.network, self.optimizer, self.target_network = network, optimizer, target_network
+        self.rng, self.replay = rng, replay  # None where the script has none
+        self.path, self.model_path = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, f"{args.exp_name}.pt")
+        self.saved_step = 0
+
+    def save_every(self, step, updates):
+        if self.replay is not None:
+            self.replay.keep_up()
+        if step // self.args.save_every > self.saved_step // self.args.save_every:
+            self.save(step, updates)
+
+    def save(self, step, updates, finished=False):
+        from plumbing.run import stop_if_diverged
+
+        weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf if any is
+        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)  # --resume would diverge again
+        model = {
+            "script": self.script,
+            "env_id": self.args.env_id,
+            "actions_count": int(self.actions_count),
+            "state_dict": self.network.state_dict(),
+        }
+        numpy_state = np.random.get_state()
+        ending = {"script": self.script, "format": FORMAT, "args": vars(self.args), "global_step": step, "updates": updates}
+        if finished and not self.args.keep_checkpoint:  # the run's end: only what tells --resume that it has finished
+            checkpoint = ending | {"finished": True, "resumable": False, "replay": None, "files": []}
+        else:
+            checkpoint = (
+                ending
+                | {
+                    **model,  # a model too: --eval-model plays it
+                    "model_file": os.path.basename(self.model_path),  # where --save-model writes: NAME.pt, or NAME_2.pt...
+                    "finished": finished,
+                    "resumable": True,
+                    "optimizer": self.optimizer.state_dict(),
+                    "target_network": None if self.target_network is None else self.target_network.state_dict(),
+                    "generator": None if self.rng is None else self.rng.bit_generator.state,
+                    "numpy_random": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
+                    "torch_random": torch.get_rng_state(),
+                    "cuda_random": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],  # a CUDA run's only
+                    "python_random": random.getstate(),
+                    "returns": [float(score) for score in self.progress.returns],
+                    "replay": None
+                    if self.replay is None
+                    else self.replay.save(),  # the names of its files, written as it fills
+                    "files": []
+                    if self.replay is None
+                    else self.replay.files(),  # (path, size): checked before a resume starts
+                }
+            )
+        if self.args.save_model:  # first: a kill between the two leaves the last checkpoint to go on from;
+            save_atomically(model, self.model_path)  # the other way round, at the end, a finished run without its model
+        save_atomically(plain(checkpoint), self.path)
+        if self.replay is not None:
+            self.replay.saved(checkpoint["replay"])
+        self.saved_step = step
+
+    def restore(self, checkpoint):
+        """--resume: everything as the checkpoint saved it, bit for bit; the step and update counts."""
+        from plumbing.flags import CHANGEABLE
+
+        if checkpoint is None:
+            return 0, 0
+        self.network.load_state_dict(checkpoint["state_dict"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        if self.target_network is not None:
+            self.target_network.load_state_dict(checkpoint["target_network"])
+        if self.rng is not None:
+            self.rng.bit_generator.state = checkpoint["generator"]
+        name, keys, *rest = checkpoint["numpy_random"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+        torch.set_rng_state(checkpoint["torch_random"])
+        if torch.cuda.is_available() and len(checkpoint["cuda_random"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
+        random.setstate(checkpoint["python_random"])
+        step, saved_args = checkpoint["global_step"], checkpoint["args"]
+        self.model_path = os.path.join(self.run_dir, checkpoint["model_file"])
+        ends = 1
+        while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
+            ends += 1
+            self.model_path = os.path.join(self.run_dir, f"{self.args.exp_name}_{ends}.pt")
+        if self.replay is not None:
+            self.replay.load(checkpoint["replay"])
+        self.progress.go_on_from(step, checkpoint["returns"])
+        self.saved_step = step
+        changed = [
+            f"--{k.replace('_', '-')} {v} (was {saved_args[k]})"
+            for k, v in vars(self.args).items()
+            if k in CHANGEABLE and saved_args.get(k, v) != v
+        ]
+        print(f"{self.run_dir}: resumed at step {step:,}" + "".join(f", {c}" for c in changed), flush=True)
+        return step, checkpoint["updates"]
+
+    def finish(self, step, updates):
+        """The run's end: the last checkpoint, and with --keep-checkpoint all of it (the replay's files
+        too): --resume with a larger --total-timesteps can then go on. Without, the replay's files go."""
+        self.save(step, updates, finished=True)
+        if self.replay is not None and not self.args.keep_checkpoint:
+            self.replay.delete()
+
+
+CHUNK_TRANSITIONS = 8192  # the replay goes to disk 8,192 transitions (58 MB) at a time
+REPLAY_BYTES_PER_TRANSITION = 84 * 84 + 1 + 1 + 3  # a frame, action, reward, 3 flags
+
+
+def check_replay(p, args, others_bytes=0):
+    """The DQN scripts' replay memory: it must fit in the free memory, less OTHERS_BYTES (the games' or the
+    workers'), and its files for --resume on the disk; --save-every must not make too many of them."""
+    needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, flags.available_memory_bytes()
+    free = None if free is None else free - others_bytes
+    if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay
+        p.error(
+            f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
+            f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}"
+        )
+    # Each checkpoint writes the replay's rows since the last into a file of their own (one a column whose rows
+    # come at their own pace), and every checkpoint goes over all the ring's files: more than 1,000 would slow the
+    # run, more as the ring fills
+    if args.save_every * 1000 < args.buffer_size:
+        p.error(f"argument --save-every: must be at least --buffer-size / 1,000 = {-(-args.buffer_size // 1000):,}")
+    # On disk, for --resume (ReplayFiles): the ring's files, those of the rows since the last checkpoint
+    # (the files it names stay till the next one is on disk: up to a ring more), and two files' slack.
+    needed = (args.buffer_size + min(args.buffer_size, args.save_every) + 2 * CHUNK_TRANSITIONS) * REPLAY_BYTES_PER_TRANSITION
+    where = args.resume or ("runs" if os.path.isdir("runs") else ".")
+    replay_dir = os.path.join(where, "replay")
+    needed -= sum(entry.stat().st_size for entry in os.scandir(replay_dir)) if os.path.isdir(replay_dir) else 0
+    if needed > (free := shutil.disk_usage(where).free) and args.eval_model is None:
+        p.error(
+            f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs up to {needed / 2**30:.1f} GiB "
+            f"on disk for --resume, but only {free / 2**30:.1f} GiB is free in {os.path.abspath(where)}"
+        )
+
+
+def write_rows(path, arrays):
+    """Arrays one after the other in .npy format (np.load reads them back in turn), in blocks of rows:
+    a slice of the ring needs no copy of its own. Then fsync: whole on disk before a checkpoint names it."""
+    with open(path, "wb") as f:
+        for array in arrays:
+            np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+            for start in range(0, len(array), 1024):
+                f.write(np.ascontiguousarray(array[start : start + 1024]).data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class ReplayFiles:
+    """The replay memory on disk, for --resume, never written whole (1M transitions are 7 GB).
+
+    Its new rows go into files under RUN_DIR/replay as they come: consecutive ring rows, up to
+    CHUNK_TRANSITIONS transitions and a quarter of the ring a file, written in a background thread and
+    never modified after. A checkpoint writes only the rows since the last file and names the files that
+    hold the ring at that moment: a resumed run rebuilds the ring from them alone, never with a row
+    written after. A file whose rows have all been overwritten since is deleted once a checkpoint that
+    does not name it is on disk. A ring with one position (replay.pos a number) fills all its columns at
+    once; one with a position for each column (dqn_atari_mp.py's, a worker each) has files for each column."""
+
+    def __init__(self, replay, run_dir, batch_rows=1):
+        self.replay, self.run_dir = replay, run_dir
+        columns = replay.frames.shape[1]
+        self.chunk_rows = max(1, min(CHUNK_TRANSITIONS // columns, replay.rows // 4))
+        self.each_column = np.ndim(replay.pos) > 0
+        self.parts = [slice(None)] if not self.each_column else list(range(columns))  # a file's columns
+        # A ring so small (a test's) that its rows not yet in a file and a batch of rows can go round it:
+        # its position cannot tell how many rows came in, so each checkpoint writes it whole instead.
+        self.whole = replay.rows < self.chunk_rows + batch_rows
+        self.written_to = [0] * len(self.parts)  # the ring row where each part's rows not in a file yet start
+        self.chunks = [collections.deque() for _ in self.parts]  # each part's (path, first row, rows), oldest first
+        self.named, self.retired = set(), []  # named by the last checkpoint; of those, the ones the next will not name
+        self.count = 0  # files written: the next one's number
+        self.thread, self.writing = ThreadPoolExecutor(max_workers=1), None  # writing the newest file
+
+    def fields(self):
+        r = self.replay
+        return r.frames, r.actions, r.rewards, r.dones, r.agent_acted, r.firsts
+
+    def position(self, part):
+        """The part's ring position and whether it is full."""
+        if self.each_column:
+            return int(self.replay.pos[part]), bool(self.replay.full[part])
+        return int(self.replay.pos), bool(self.replay.full)
+
+    def keep_up(self):
+        """Once a step (or a worker's batch): a file for each part with chunk_rows new rows in."""
+        for part in range(len(self.parts)):
+            if not self.whole and (self.position(part)[0] - self.written_to[part]) % self.replay.rows >= self.chunk_rows:
+                self.write(part, in_background=True)
+
+    def write(self, part, in_background):
+        """A part's rows from written_to to its position: one file, or two where the ring wraps."""
+        if self.writing is not None:  # one file at a time: its rows, read in place, cannot be overwritten meanwhile
+            self.writing.result()  # (raises what the thread raised: a full disk)
+        os.makedirs(os.path.join(self.run_dir, "replay"), exist_ok=True)
+        (pos, full), ring = self.position(part), self.replay.rows
+        filled = ring if full else pos
+        rows = filled if self.whole else (pos - self.written_to[part]) % ring
+        first = (pos - rows) % ring
+        while rows > 0:
+            count = min(rows, ring - first)
+            path = f"replay/{self.count:06d}.npy"  # "/" on every system: a run made on one resumes on another
+            arrays = [field[first : first + count, self.parts[part]] for field in self.fields()]
+            if in_background:
+                self.writing = self.thread.submit(write_rows, os.path.join(self.run_dir, path), arrays)
+            else:
+                write_rows(os.path.join(self.run_dir, path), arrays)
+            self.chunks[part].append((path, first, count))
+            self.count, first, rows = self.count + 1, (first + count) % ring, rows - count
+        self.written_to[part] = first
+        # the oldest file goes once the newer ones hold all the part's rows: they are all overwritten
+        while len(self.chunks[part]) > 1 and sum(chunk[2] for chunk in list(self.chunks[part])[1:]) >= filled:
+            path = self.chunks[part].popleft()[0]
+            if path in self.named:
+                self.retired.append(path)  # the last checkpoint still needs it
+            else:
+                self.thread.submit(os.remove, os.path.join(self.run_dir, path))  # (deleting tens of MB takes a while)
+
+    def save(self):
+        """At a checkpoint: the rows since the last files, then the state it saves (the files' names)."""
+        for part in range(len(self.parts)):
+            self.write(part, in_background=False)  # (after the file in the background: write waits for it first)
+        sync_dir(os.path.join(self.run_dir, "replay"))
+        positions = [self.position(part) for part in range(len(self.parts))]
+        return {"pos": [p for p, _ in positions], "full": [f for _, f in positions], "chunks": [list(c) for c in self.chunks]}
+
+    def files(self):
+        return [(c[0], os.path.getsize(os.path.join(self.run_dir, c[0]))) for chunks in self.chunks for c in chunks]
+
+    def saved(self, state):
+        """The checkpoint that names `state`'s files is on disk: the files only the previous one named go."""
+        for path in self.retired:
+            self.thread.submit(os.remove, os.path.join(self.run_dir, path))
+        self.retired, self.named = [], {c[0] for chunks in state["chunks"] for c in chunks} if state else set()
+
+    def load(self, state):
+        """--resume: the ring as the checkpoint saw it, from the files it names (and nothing else)."""
+        os.makedirs(os.path.join(self.run_dir, "replay"), exist_ok=True)
+        for part, chunks in enumerate(state["chunks"]):
+            for path, first, count in chunks:
+                with open(os.path.join(self.run_dir, path), "rb") as f:
+                    for field in self.fields():
+                        field[first : first + count, self.parts[part]] = np.load(f, allow_pickle=False)
+        if self.each_column:
+            self.replay.pos[:], self.replay.full[:] = state["pos"], state["full"]
+        else:
+            self.replay.pos, self.replay.full = state["pos"][0], state["full"][0]
+        self.written_to = list(state["pos"])
+        self.chunks = [collections.deque(tuple(chunk) for chunk in chunks) for chunks in state["chunks"]]
+        self.named = {chunk[0] for chunks in self.chunks for chunk in chunks}
+        self.count = 1 + max((int(os.path.basename(path)[:-4]) for path in self.named), default=-1)
+        for name in os.listdir(os.path.join(self.run_dir, "replay")):  # written after the checkpoint, or cut by the kill
+            if f"replay/{name}" not in self.named:
+                os.remove(os.path.join(self.run_dir, "replay", name))
+
+    def delete(self):
+        self.thread.shutdown()  # its writing and deleting done
+        shutil.rmtree(os.path.join(self.run_dir, "replay"), ignore_errors=True)

@@ -1,0 +1,146 @@
+"""Watching a saved model: checking it, playing its evaluation games (the script's `evaluate`), filming them.
+
+Nothing here changes what is learnt: the evaluation runs after training, or instead of it."""
+
+import os
+import signal
+
+import numpy as np
+import torch
+from ale_py.vector_env import AtariVectorEnv
+
+from plumbing.flags import rom_name
+
+
+def model_error(path, env_id, script):
+    """Why SCRIPT cannot play env_id with the model saved at path; None when it can. The model is a dict
+    of tensors, strings and ints: weights_only loads it without running code from the file. (A model of
+    the same game has the same actions: every script plays ALE's minimal action set.)"""
+    try:
+        model = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror}"
+    except Exception:  # not a file torch.save wrote, or one holding more than tensors, strings and numbers
+        model = None
+    if not isinstance(model, dict) or "script" not in model:
+        return f"{path} is not a model saved by {script} --save-model"
+    if model["script"] != script:
+        return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
+    if "state_dict" not in model:  # the checkpoint.pt a finished run leaves: only what tells --resume that it ended
+        return f"{path} is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it"
+    if rom_name(model["env_id"]) != rom_name(env_id):
+        return f"{path} plays {model['env_id']}, not {env_id}: add --env-id {model['env_id']}"
+    return None
+
+
+def watch_saved_model(network_class, evaluate, args, run_dir, writer, device):
+    """--eval-model: load a model this script saved (model_error has checked it) and evaluate it."""
+    model = torch.load(args.eval_model, map_location=device, weights_only=True)
+    network = network_class(model["actions_count"]).to(device)
+    network.load_state_dict(model["state_dict"])
+    print(f"{run_dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
+    evaluate_and_log(network, evaluate, args, run_dir, writer, device)
+
+
+def evaluate_and_log(network, evaluate, args, run_dir, writer, device, model_path=""):
+    """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores, as
+    eval/episodic_return, or eval_2/... for the model NAME_2.pt of a finished run that went on."""
+    from plumbing.run import STOP_SIGNALS, on_stop_signal, stop_signals
+
+    writer.flush()
+    for signum in STOP_SIGNALS:  # only games are left, nothing to save: Ctrl-C, kill or a closed terminal
+        if signal.getsignal(signum) is on_stop_signal:  # ends them at once, as by default (nohup's SIGHUP stays ignored)
+            signal.signal(signum, signal.SIG_DFL)
+            if signum in stop_signals:  # one that came before, as the model loaded: it ends them now
+                signal.raise_signal(signum)
+    video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
+    evaluations = 1
+    while video_dir and os.path.exists(video_dir):  # a finished run resumed: the earlier evaluation's videos stay
+        evaluations += 1
+        video_dir = os.path.join(run_dir, f"videos_{evaluations}")
+    if video_dir:
+        os.makedirs(video_dir)
+    returns = evaluate(network, args.env_id, args.seed + 100, args.eval_episodes, args.eval_epsilon, device, video_dir)
+    suffix = os.path.basename(model_path)[len(args.exp_name) : -len(".pt")]  # "", or "_2" after NAME_2.pt
+    tag = f"eval{suffix}/episodic_return" if suffix else "eval/episodic_return"
+    for i, episodic_return in enumerate(returns):  # (at the game's number, as CleanRL logs them)
+        writer.add_scalar(tag, episodic_return, i)
+    if video_dir and args.track:  # the videos of the screen into the W&B run too, each with its game's score
+        import wandb
+
+        videos = [
+            wandb.Video(os.path.join(video_dir, f"eval_game_{i}.mp4"), caption=f"return {r:g}") for i, r in enumerate(returns)
+        ]
+        wandb.log({f"videos/eval_game_{i}": video for i, video in enumerate(videos)})
+    print(
+        f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
+        f"(scores {', '.join(f'{r:g}' for r in returns)})",
+        flush=True,
+    )
+
+
+class VideoRecorder:
+    """--capture-video: stands in for the evaluation's emulator and films its games. Beside it runs a
+    second emulator, with the scripts' game, seed and settings (their make_env's) but the real screen
+    (210x160, in colour, the frame itself rather than a max over two), given the same actions.
+    AtariVectorEnv is deterministic given its seed without sticky actions, so both play the same game,
+    which every step checks. Each game, as it ends, is videos/eval_game_N.mp4 (the screen) and
+    eval_game_N_agent.mp4 (the agent's 84x84 view, 4x), at 15 frames a second: the emulator's 60, one
+    in four (frame skip). Used as `games.envs = VideoRecorder(games.envs, env_id, seed, video_dir, games.obs[0, -1])`."""
+
+    def __init__(self, envs, env_id, seed, video_dir, first_view):
+        self.envs, self.video_dir, self.games, self.writers = envs, video_dir, 0, None
+        self.screen = AtariVectorEnv(
+            rom_name(env_id),
+            1,
+            noop_max=30,
+            frameskip=4,
+            maxpool=False,
+            use_fire_reset=False,
+            stack_num=1,
+            img_height=210,
+            img_width=160,
+            grayscale=False,
+            repeat_action_probability=0.0,
+            max_num_frames_per_episode=108_000,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
+        )
+        self.record(self.screen.reset(seed=seed)[0][0, -1], first_view)
+
+    def record(self, screen, view):
+        if self.writers is None:  # a game's first frame; frames go to ffmpeg as they come, none kept
+            import imageio
+
+            names = [f"eval_game_{self.games}.mp4", f"eval_game_{self.games}_agent.mp4"]
+            # macro_block_size=1: the screen's own 210x160, not resized to multiples of 16
+            self.writers = [imageio.get_writer(os.path.join(self.video_dir, n), fps=15, macro_block_size=1) for n in names]
+        self.writers[0].append_data(screen)
+        self.writers[1].append_data(np.kron(view, np.ones((4, 4), dtype=np.uint8)))  # 84x84 -> 336x336
+
+    def send(self, actions):
+        self.envs.send(actions)
+        self.screen.send(actions)
+
+    def recv(self):
+        step = frames, rewards, terminations, truncations, infos = self.envs.recv()
+        screens, screen_rewards, screen_terminations, screen_truncations, screen_infos = self.screen.recv()
+        same = [
+            np.array_equal(rewards, screen_rewards),
+            np.array_equal(terminations, screen_terminations),
+            np.array_equal(truncations, screen_truncations),
+            *(np.array_equal(infos[key], screen_infos[key]) for key in ("lives", "episode_frame_number")),
+        ]
+        if not all(same):
+            raise RuntimeError(f"--capture-video: the filmed game is not the scored one (game {self.games})")
+        self.record(screens[0, -1], frames[0, -1])
+        if terminations[0] or truncations[0]:
+            for writer in self.writers:
+                writer.close()
+            self.games, self.writers = self.games + 1, None
+        return step
+
+    def close(self):
+        self.envs.close()
+        self.screen.close()

@@ -1,0 +1,269 @@
+"""The run's flags: their types and checks, and --resume's flags read back from a checkpoint.
+
+Nothing here changes what is learnt: a script's algorithm flags are its own; these decide where a run
+is written, what it keeps and how it is watched, and refuse bad input (exit status 2, one line naming
+the flag and what it allows) before any long work starts."""
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import sys
+
+from ale_py import roms
+
+
+def number_type(kind, is_allowed, allowed):
+    """An argparse type: `kind(text)`, refused unless it reads and is_allowed(value), with 'must be ALLOWED, got TEXT'."""
+
+    def read(text):
+        try:
+            value = kind(text)
+        except ValueError:  # 'ten', or '1e6' for an integer
+            value = None
+        if value is None or not is_allowed(value):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
+        return value
+
+    return read
+
+
+# The counts meet numpy's int64 steps: from 2**63 on they would overflow there, mid-run
+positive_int = number_type(int, lambda value: 1 <= value <= 2**62, "an integer in [1, 2**62]")
+non_negative_int = number_type(int, lambda value: 0 <= value <= 2**62, "an integer in [0, 2**62]")
+# The networks compute in float32: a number past its largest, 3.4e38, would be inf there
+positive_float = number_type(float, lambda value: 0 < value <= 3.4e38, "a number in (0, 3.4e38]")
+non_negative_float = number_type(float, lambda value: 0 <= value <= 3.4e38, "a number in [0, 3.4e38]")
+probability = number_type(float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
+# ALE takes seeds below 2**31; the games take seed + i and the evaluation seed + 100: room is left for them
+seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "an integer in [0, 2**30]")
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def experiment_name(text):
+    """An argparse type: --exp-name names the run's directory and the model file in it, NAME.pt."""
+    # CHECKPOINT.pt is checkpoint.pt where the file system ignores case (macOS, Windows)
+    taken = text.lower() in (".", "..", CHECKPOINT[: -len(".pt")])
+    if not 0 < len(text.encode()) <= 100 or "/" in text or "\\" in text or taken:
+        raise argparse.ArgumentTypeError(f"must be a name of 1 to 100 bytes, no / or \\, not checkpoint; got '{text}'")
+    return text
+
+
+# ROMs with no one-player game: ale-py registers none of them, and ALE ends the process that loads one
+TWO_PLAYERS_ONLY = {"combat", "joust", "maze_craze", "warlords"}
+
+
+def rom_name(env_id):
+    """'BreakoutNoFrameskip-v4', 'ALE/Breakout-v5' or 'breakout' -> 'breakout' (ale-py's ROM name); '' for no game."""
+    namespace, _, name = env_id.rpartition("/")
+    name = re.sub(r"(NoFrameskip)?(-v\d{1,3})?$", "", name).lower()  # a longer version is no game's
+    # Looked up, not split at capitals: UpNDown is up_n_down, TicTacToe3D tic_tac_toe_3d
+    games = {}
+    for rom in set(roms.get_all_rom_ids()) - TWO_PLAYERS_ONLY:
+        games[rom] = games[rom.replace("_", "")] = rom
+    return games.get(name, "") if namespace in ("", "ALE") else ""
+
+
+def available_memory_bytes():
+    """Free memory in bytes, or None where the system does not tell (macOS, Windows): then nothing is checked."""
+    try:  # Linux's MemAvailable counts the page cache that can be freed
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        pass
+    try:  # other Unixes; macOS has no SC_AVPHYS_PAGES (ValueError), Windows no os.sysconf at all
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def new_parser(doc):
+    """The script's flag parser: its docstring's first paragraph as the description, defaults in --help."""
+    return argparse.ArgumentParser(
+        usage="%(prog)s [flags] (all of them: --help)",  # an error is two lines, not the list of every flag
+        description=doc.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+
+
+def add_run_flags(p, script, eval_epsilon=None):
+    """The flags every script shares, after its algorithm's: naming, seeding, logging, saving, --resume, evaluation.
+    eval_epsilon: --eval-epsilon's default (None: the script sets it, as the DQN scripts do from --end-e)."""
+    g = p.add_argument_group("the run (shared by every script)")
+    g.add_argument("--exp-name", type=experiment_name, default=script[: -len(".py")], help="name of this experiment")
+    g.add_argument("--seed", type=seed_number, default=1, help="seed of the experiment")
+    flag = argparse.BooleanOptionalAction
+    g.add_argument("--torch-deterministic", action=flag, default=True, help="make cudnn deterministic")
+    g.add_argument("--cuda", action=flag, default=True, help="use the GPU when there is one")
+    g.add_argument(
+        "--track",
+        action=flag,
+        default=False,
+        help="mirror the TensorBoard logs, the flags and this script's code to a Weights & Biases run (needs wandb; "
+        "WANDB_MODE=offline keeps it on disk, for `wandb sync`)",
+    )
+    g.add_argument("--wandb-project-name", default="cleanRL", help="with --track, the W&B project")
+    g.add_argument("--wandb-entity", default=None, help="with --track, the W&B team or user; None: your own")
+    g.add_argument(
+        "--save-model", action=flag, default=False, help="save the network into the run directory, then evaluate it"
+    )
+    g.add_argument(
+        "--capture-video",
+        action=flag,
+        default=False,
+        help="with --save-model or --eval-model, record the evaluation games as mp4 under videos/: the game's screen "
+        "in colour, and in a second file the agent's 84x84 view, 4x (needs imageio, imageio-ffmpeg)",
+    )
+    g.add_argument(
+        "--save-every",
+        type=positive_int,
+        default=100_000,
+        help="write a checkpoint for --resume (and with --save-model the model) every this many environment steps",
+    )
+    g.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="go on with the stopped or killed run in RUN_DIR from its last checkpoint, with its own flags",
+    )
+    g.add_argument(
+        "--keep-checkpoint",
+        action=flag,
+        default=False,
+        help="keep the last checkpoint whole at the run's end (a DQN replay's files too: 7 GB for 1M transitions), "
+        "so that --resume with a larger --total-timesteps can go on",
+    )
+    g.add_argument(
+        "--eval-model",
+        metavar="PATH",
+        help="no training: play --eval-episodes games with a model this script saved, log their scores",
+    )
+    g.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
+    why = "(None: --end-e)" if eval_epsilon is None else "games"
+    g.add_argument(
+        "--eval-epsilon", type=probability, default=eval_epsilon, help=f"chance of a random action in the evaluation {why}"
+    )
+
+
+def parse_run(p, argv, script):
+    """The flags, or with --resume the run's own flags from its checkpoint; then the checks every script shares."""
+    args = p.parse_args(argv)
+    if args.resume is not None:
+        args = resumed_args(p, argv, args.resume, script)
+    if not rom_name(args.env_id):
+        p.error(
+            f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
+            f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())', "
+            f"but for {', '.join(sorted(TWO_PLAYERS_ONLY))}: two players only)"
+        )
+    if args.capture_video and not (args.save_model or args.eval_model):
+        p.error("argument --capture-video: films the evaluation games, played only with --save-model or --eval-model: add one")
+    if args.capture_video:
+        try:
+            import imageio  # noqa: F401
+            import imageio_ffmpeg
+        except ImportError:
+            p.error("argument --capture-video: needs imageio and imageio-ffmpeg: pip install imageio imageio-ffmpeg")
+        try:  # the films' encoder, a program: imageio-ffmpeg's own, or IMAGEIO_FFMPEG_EXE's
+            ffmpeg = shutil.which(imageio_ffmpeg.get_ffmpeg_exe())
+        except RuntimeError:
+            ffmpeg = None
+        if ffmpeg is None:
+            p.error("argument --capture-video: imageio-ffmpeg finds no ffmpeg program to encode the films with")
+    if args.track:
+        try:
+            import wandb
+        except ImportError:
+            p.error("argument --track: needs wandb: pip install wandb")
+        if os.environ.get("WANDB_MODE") not in ("offline", "dryrun", "disabled"):
+            try:  # the API key, asked for here in a terminal; elsewhere wandb.init would fail once the run has begun
+                wandb.login(verify=False)
+            except wandb.errors.UsageError as error:
+                p.error(f"argument --track: {error} Or keep the run on disk: WANDB_MODE=offline")
+    if args.eval_model is not None:
+        from plumbing.evaluation import model_error
+
+        if error := model_error(args.eval_model, args.env_id, script):
+            p.error(f"argument --eval-model: {error}")
+    return args
+
+
+EMULATOR_BYTES = 3 * 2**19  # one game's emulator and frames: 1.4-1.6 MiB measured (8 to 256 games)
+
+
+def check_games_memory(p, args):
+    """Refuse --envs-count games that would not fit in the free memory; return the memory they take."""
+    needed = args.envs_count * EMULATOR_BYTES
+    check_memory(p, args, "--envs-count", needed, f"{args.envs_count:,} games")
+    return needed
+
+
+def check_memory(p, args, flag, needed, what):
+    """Refuse a run whose FLAG asks for more memory than is free (not --eval-model's, which needs none of it)."""
+    free = available_memory_bytes()
+    if free is not None and needed > free and args.eval_model is None:
+        p.error(f"argument {flag}: {what} need {needed / 2**30:.1f} GiB but only {free / 2**30:.1f} GiB of memory is free")
+
+
+# The flags a resumed run may change; any other given beside --resume with a new value is refused.
+CHANGEABLE = [
+    "total_timesteps",
+    "save_every",
+    "save_model",
+    "keep_checkpoint",
+    "cuda",
+    "capture_video",
+    "eval_episodes",
+    "eval_epsilon",
+]
+
+
+def resumed_args(p, argv, run_dir, script):
+    """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside --resume.
+    Any other flag given with a new value is refused, as is a run directory this script cannot go on
+    with; either way nothing is written."""
+    from plumbing.checkpoints import read_checkpoint
+    from plumbing.run import hold_run_dir
+
+    path = os.path.join(run_dir, CHECKPOINT)
+    if not os.path.isdir(run_dir):
+        p.error(f"argument --resume: {run_dir} is not a directory")
+    for folder in (run_dir, os.path.join(run_dir, "replay")):  # its logs, checkpoints and replay's files go there
+        if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+            p.error(f"argument --resume: cannot write in {folder}")
+    if not hold_run_dir(run_dir):
+        p.error(f"argument --resume: {run_dir} is in use: another process is running it")
+    if not os.path.isfile(path):
+        p.error(
+            f"argument --resume: {run_dir} has no {CHECKPOINT} (a run writes one every --save-every steps and when stopped)"
+        )
+    if (checkpoint := read_checkpoint(run_dir)) is None:
+        p.error(f"argument --resume: {path} is truncated, is not a checkpoint, or is an earlier version's")
+    if checkpoint["script"] != script:
+        other = checkpoint["script"]
+        p.error(f"argument --resume: {run_dir} is a run of {other}: resume it with python {other} --resume {run_dir}")
+    saved = checkpoint["args"]
+    args = p.parse_args(argv, argparse.Namespace(**saved))  # flags not given keep the saved values
+    for name, value in vars(args).items():
+        if name not in CHANGEABLE and name != "resume" and value != saved.get(name, value):
+            flags = ", ".join(f"--{n.replace('_', '-')}" for n in CHANGEABLE)
+            p.error(
+                f"argument --{name.replace('_', '-')}: a resumed run keeps its own ({saved[name]}); only {flags} can change"
+            )
+    for name, size in checkpoint["files"]:
+        if not os.path.isfile(os.path.join(run_dir, name)) or os.path.getsize(os.path.join(run_dir, name)) != size:
+            p.error(f"argument --resume: {os.path.join(run_dir, name)}, which the checkpoint needs, is missing or truncated")
+    step = checkpoint["global_step"]
+    if not checkpoint["resumable"]:
+        why = f"{run_dir} has finished ({step:,} steps) and kept no checkpoint (--keep-checkpoint keeps one)"
+        if os.path.isdir(replay_dir := os.path.join(run_dir, "replay")):  # a kill as the run ended stopped its deletion
+            why += f"; its replay files are of no more use: rm -r {shlex.quote(replay_dir)}"
+        p.error(f"argument --resume: {why}")
+    if step >= args.total_timesteps:
+        p.error(f"argument --resume: {run_dir} has run its {step:,} steps: to go on, add a larger --total-timesteps")
+    return args
+
+
+def note(text):
+    print(f"note: {text}", file=sys.stderr, flush=True)

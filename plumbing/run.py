@@ -1,0 +1,274 @@
+"""A run: its directory, TensorBoard (and W&B) logs, the progress line, stop signals, checkpoints, the end.
+
+Nothing here changes what is learnt: the script's main loop hands its networks, optimizer, replay and
+random streams to `Run.start`, which only saves and restores them; the loop asks `run.stopped` whether
+Ctrl-C, kill or a closed terminal came, and `run.stop_if_diverged` whether a loss turned nan."""
+
+import collections
+import os
+import shlex
+import signal
+import stat
+import sys
+import time
+
+import numpy as np
+from torch.utils.tensorboard import SummaryWriter
+
+from plumbing.checkpoints import Checkpoints, ReplayFiles, read_checkpoint
+from plumbing.evaluation import evaluate_and_log, watch_saved_model
+
+# Ctrl-C (SIGINT), kill (SIGTERM) and a closed terminal (SIGHUP, not on Windows) once run as a script
+STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+stop_signals = []  # the ones received: the main loop ends at its top
+
+
+def on_stop_signal(signum, frame):
+    stop_signals.append(signum)  # no exception: nothing is cut in half, and a second one while saving waits
+    if signum not in (signal.SIGINT, signal.SIGTERM):  # SIGHUP, a closed terminal: printing to it would fail (EIO)
+        for fd in (1, 2):
+            if stat.S_ISCHR(os.fstat(fd).st_mode) and not os.isatty(fd):  # a terminal that has hung up
+                os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+
+
+def catch_stop_signals():
+    """Run as a script: Ctrl-C, kill or a closed terminal end the run cleanly (nohup's ignored SIGHUP stays ignored)."""
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN or signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, on_stop_signal)
+
+
+def new_run_dir(run_name):
+    run_dir, n = os.path.join("runs", run_name), 1
+    while os.path.exists(run_dir):  # never write into an earlier run's directory
+        n += 1
+        run_dir = os.path.join("runs", f"{run_name}_{n}")
+    try:
+        os.makedirs(run_dir)
+    except OSError as error:  # ./runs is a file, or a folder this user may not write in
+        sys.exit(f"error: cannot make the run's directory {run_dir}: {error.strerror}")
+    hold_run_dir(run_dir)  # so that no --resume writes into it while this run lives
+    return run_dir
+
+
+HELD_RUN_DIRS = {}  # the run directories this process holds -> the descriptor that holds each
+
+
+def hold_run_dir(run_dir):
+    """Take RUN_DIR for this process, for as long as it lives: False where another process holds it
+    (two processes writing one run's checkpoints would spoil them). The system lets go of the lock
+    when the process ends, however it ends, kill -9 included, so a crashed run can be resumed. The
+    lock is flock's, on the directory itself (Linux, macOS); where there is none (Windows), or the
+    file system refuses it, the run goes on unguarded."""
+    path = os.path.realpath(run_dir)
+    if path in HELD_RUN_DIRS:
+        return True
+    try:
+        import fcntl
+
+        descriptor = os.open(path, os.O_RDONLY)
+    except (ImportError, OSError):
+        return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as refusal:
+        os.close(descriptor)
+        return not isinstance(refusal, BlockingIOError)  # BlockingIOError: another process holds it
+    HELD_RUN_DIRS[path] = descriptor
+    return True
+
+
+def start_wandb(args, run_dir):
+    """--track: a Weights & Biases run as CleanRL's scripts start it. It mirrors the TensorBoard scalars
+    (so it must start before the writer opens), with the flags as its config, the run directory's name
+    as its name and this script's code; WANDB_MODE=offline keeps it on disk for `wandb sync`. Its id
+    is kept in the run directory, so that --resume goes on in the same W&B run."""
+    import wandb
+
+    id_path = os.path.join(run_dir, "wandb_run_id")
+    if not os.path.exists(id_path):
+        with open(id_path, "w") as f:
+            f.write(os.urandom(4).hex())  # 8 random hex digits: the W&B run's id
+    with open(id_path) as f:
+        run_id = f.read().strip()
+    wandb.tensorboard.patch(root_logdir=run_dir)  # told, not guessed: wandb would wait 10 s to guess it
+    try:
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=os.path.basename(run_dir),
+            save_code=True,
+            id=run_id,
+            resume="allow",
+        )
+    except wandb.errors.Error as error:  # no network, or W&B refused: nothing logged yet
+        if args.resume is None:  # a new run's directory holds the id alone
+            os.remove(id_path)
+            os.rmdir(run_dir)
+        reason = " ".join(str(error).split())
+        sys.exit(f"error: --track: W&B did not start the run ({reason}). Or keep it on disk: WANDB_MODE=offline")
+
+
+def time_left(steps_left, steps_per_second):
+    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m';
+    '?' where no step was made in the time measured."""
+    if steps_per_second <= 0:
+        return "?"
+    minutes = int(max(steps_left, 0) / steps_per_second) // 60
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+class Progress:
+    """Every 5 s a line (steps/s, time left, updates, mean return of the last 100 games), charts/SPS and
+    the charts given. Time left is at the rate of about the last minute, not the run's average; after
+    `warm_up` steps (a warm-up without updates, several times faster), that rate starts again."""
+
+    def __init__(self, writer, total_timesteps, warm_up=None):
+        self.writer, self.total, self.warm_up = writer, total_timesteps, warm_up
+        self.start_time = self.last_print = time.time()
+        self.first_step = 0  # of this process: a resumed run's rate counts from its checkpoint
+        self.recent_prints = collections.deque([(self.start_time, 0)], maxlen=13)  # (time, step) of the last minute
+        self.returns = collections.deque(maxlen=100)
+
+    def show(self, step, updates, charts=()):
+        if time.time() - self.last_print > 5 or step >= self.total:
+            self.last_print = time.time()
+            self.writer.add_scalar("charts/SPS", (step - self.first_step) / (self.last_print - self.start_time), step)
+            for tag, value in dict(charts).items():
+                self.writer.add_scalar(tag, value, step)
+            self.recent_prints.append((self.last_print, step))
+            rate = (step - self.recent_prints[0][1]) / (self.last_print - self.recent_prints[0][0])
+            print(
+                f"step {step:,}/{self.total:,} | {rate:,.0f} steps/s | {time_left(self.total - step, rate)} left"
+                f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
+                f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}",
+                flush=True,
+            )
+        if self.warm_up is not None and updates and self.recent_prints[0][1] <= self.warm_up:
+            self.last_print = time.time()
+            self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
+
+    def go_on_from(self, step, returns):
+        """--resume: steps/s from the checkpoint's step on, from now (after the replay's loading, which may take
+        minutes), the mean return over the same last 100 games."""
+        self.start_time = self.last_print = time.time()
+        self.first_step = step
+        self.recent_prints = collections.deque([(self.start_time, step)], maxlen=13)
+        self.returns.extend(returns)
+
+
+class Run:
+    """One run of a script, from its directory to its end: all a main loop needs that changes nothing learnt.
+
+    Run(args, script, device) makes the run's directory (runs/ENV__EXP__SEED__TIME, never an earlier
+    one's) or, with --resume, takes the stopped run's; opens TensorBoard there (`run.writer`), and first,
+    with --track, the W&B run that mirrors it. With --resume, TensorBoard goes on in the run's directory;
+    purge_step hides what the killed run logged after the checkpoint's step, so that no step is logged
+    twice and the curves join."""
+
+    def __init__(self, args, script, device):
+        self.args, self.script, self.device = args, script, device
+        if args.resume is None:
+            exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
+            self.dir = new_run_dir(f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}")
+            self.checkpoint, step = None, 0
+        else:
+            self.dir, self.checkpoint = args.resume, read_checkpoint(args.resume)
+            step = self.checkpoint["global_step"]
+        if args.track:
+            start_wandb(args, self.dir)
+        # what was logged at the checkpoint's step itself came before the save
+        self.writer = SummaryWriter(self.dir, purge_step=None if self.checkpoint is None else step + 1)
+        table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+        self.writer.add_text("hyperparameters", table, step)  # a resumed run's at its first step: the flags it changed show
+        self.progress = self.returns = self.checkpoints = None  # made by start()
+
+    @property
+    def stopped(self):
+        """Ctrl-C, kill or a closed terminal came: the main loop ends, and the run saves a checkpoint."""
+        return bool(stop_signals)
+
+    def start(self, actions_count, network, optimizer, target_network=None, rng=None, replay=None, replay_batch=1):
+        """Everything a checkpoint saves, handed over: the networks, the optimizer, numpy's Generator and the
+        replay memory (its files, kept as it fills; replay_batch: the rows it takes at once, in each column);
+        numpy's, torch's and python's global streams are saved too. Returns the step and update counts: 0, 0,
+        or --resume's, with all of these as the checkpoint saved them, bit for bit (but the games)."""
+        self.progress = Progress(self.writer, self.args.total_timesteps, warm_up=getattr(self.args, "learning_starts", None))
+        self.returns = self.progress.returns  # the last 100 games' scores: the main loop adds each game's
+        replay_files = None if replay is None else ReplayFiles(replay, self.dir, replay_batch)
+        self.checkpoints = Checkpoints(
+            self.args,
+            self.script,
+            self.dir,
+            actions_count,
+            self.progress,
+            network,
+            optimizer,
+            target_network,
+            rng,
+            replay_files,
+        )
+        step, updates = self.checkpoints.restore(self.checkpoint)
+        print(f"{self.dir}: {self.args.env_id}, {self.args.total_timesteps:,} steps on {self.device}", flush=True)
+        return step, updates
+
+    def show(self, step, updates, charts=()):
+        """Every 5 s a progress line (with the mean of `run.returns`, the last 100 games' scores), and the charts."""
+        self.progress.show(step, updates, charts)
+
+    def save_every(self, step, updates):
+        """A checkpoint every --save-every steps (the replay's files are written as it fills)."""
+        self.checkpoints.save_every(step, updates)
+
+    def stop_if_diverged(self, result, step):
+        """A loss or network output of nan or inf: training has diverged (after a learning rate too high, say) and
+        will not come back; going on would waste hours or end in a traceback. The run ends here, exit status 1,
+        its last checkpoint as it was."""
+        stop_if_diverged(result, step, self.dir, self.writer, self.args)
+
+    def watch(self, network_class, evaluate):
+        """--eval-model: play a saved model's games and log them; no training."""
+        watch_saved_model(network_class, evaluate, self.args, self.dir, self.writer, self.device)
+        close_logs(self.writer, self.args)
+        return self.dir
+
+    def end(self, network, evaluate, step, updates, failure=None):
+        """After the main loop: a checkpoint; unless stopped or failed, --save-model's evaluation (the script's
+        `evaluate`); exit 128 + the signal if stopped (130 Ctrl-C, 143 kill, 129 a closed terminal), 1 on a failure."""
+        checkpoints = self.checkpoints
+        if failure or stop_signals:  # a checkpoint, flushed logs, how to go on; no evaluation games
+            if stop_signals:
+                print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {step:,}", flush=True)
+            checkpoints.save(step, updates)
+            print(f"checkpoint saved; to go on: python {self.script} --resume {shlex.quote(self.dir)}", flush=True)
+        else:
+            checkpoints.finish(step, updates)
+        if self.args.save_model:
+            path = checkpoints.model_path
+            print(f"model saved to {path} (watch it: python {self.script} --eval-model {path})", flush=True)
+        if self.args.save_model and not (failure or stop_signals):
+            evaluate_and_log(network, evaluate, self.args, self.dir, self.writer, self.device, checkpoints.model_path)
+        close_logs(self.writer, self.args)
+        if failure or stop_signals:
+            sys.exit(f"error: {failure}; the other workers were stopped" if failure else 128 + stop_signals[0])
+        return self.dir
+
+
+def close_logs(writer, args):
+    """TensorBoard's events flushed and closed, then the W&B run of --track, which takes the last ones as it ends."""
+    writer.close()
+    if args.track:
+        import wandb
+
+        wandb.finish()
+
+
+def stop_if_diverged(result, global_step, run_dir, writer, args):
+    if not result.isfinite().all():
+        close_logs(writer, args)
+        sys.exit(
+            f"error: nan or inf at step {global_step:,}: training diverged (is --learning-rate too high?); "
+            f"{run_dir}'s last checkpoint, if any, is from before"
+        )
