@@ -30,7 +30,7 @@ import plumbing.checkpoints  # noqa: E402
 import plumbing.run  # noqa: E402
 
 
-def timed(replay_files, module):
+def timed(replay_files, module):  # module: plumbing.checkpoints, where Checkpoints finds save_atomically
     """Where a checkpoint's time goes: {part: seconds} since the dict was last cleared."""
     parts = {}
 
@@ -98,7 +98,7 @@ def main(argv=None):
         checkpoints = plumbing.run.Checkpoints(
             flags, "dqn_atari.py", run_dir, 4, progress, q_network, optimizer, target_network, rng, replay_files
         )
-        parts = timed(replay_files, dqn_atari)
+        parts = timed(replay_files, plumbing.checkpoints)
         frames = rng.integers(0, 256, size=(4096, 1, 84, 84), dtype=np.uint8)  # what is written: noise, as incompressible
         flag = np.zeros(1, dtype=bool)
         pauses, longest_step, step = [], 0.0, 0

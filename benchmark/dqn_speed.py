@@ -3,6 +3,8 @@
     python benchmark/dqn_speed.py                 # dqn_atari.py only
     python benchmark/dqn_speed.py --all           # and the vectorized and multi-process variants
     python benchmark/dqn_speed.py --learn-steps-periods 1 2    # and dqn_atari.py learning every step, every 2
+    python benchmark/dqn_speed.py --settings "dqn_atari_vec.py --envs-count 8 --learn-steps-period 32 --batch-size 256" \
+        "dqn_atari_mp.py --workers-count 2 --learn-steps-period 16 --batch-size 128"    # fewer, larger updates
 
 (a) the bare update rate: the same network, batch and gradient step in a tight loop on random data;
 (b) each script's steps/s in the learning phase (one update per --learn-steps-period steps, epsilon
@@ -16,12 +18,17 @@
 (f) with --all, the vectorized script's learning phase at K=32 and at K=4: the seed notes' question in time;
 (g) with --learn-steps-periods, dqn_atari.py's learning phase at other K, against K=4 and K x the bare updates;
 (h) with --threads-counts, dqn_atari.py's learning phase (and with --all dqn_atari_mp.py's) with other torch
-    thread counts (OMP_NUM_THREADS), interleaved with its runs at torch's default, one thread per core.
+    thread counts (OMP_NUM_THREADS), interleaved with its runs at torch's default, one thread per core;
+(i) with --settings, the learning phase of each setting, a DQN script and its flags, interleaved with dqn_atari.py's
+    runs at K=4 batch 32, as a ratio to its rate: are fewer, larger updates at the same replay ratio (batch / K
+    transitions sampled a step, 32 / 4 = 8 for the reference) faster? Each learns for 500 updates at least, so
+    that the phase gives several progress lines at K=32 too.
 Rates come from the wall-clock times of the scripts' own TensorBoard events, so start-up is excluded.
 """
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -38,7 +45,9 @@ sys.path.insert(0, ROOT)
 import dqn_atari  # noqa: E402  (a tool may import a script; scripts never import each other)
 
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-from sweep import torch_default_threads  # noqa: E402
+from sweep import flags_error, load_script, torch_default_threads  # noqa: E402
+
+DQN_SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"]  # those that log charts/updates
 
 
 def bare_update_rate(seconds, batch_size=32):
@@ -168,9 +177,27 @@ def phase_rate(script, args, learning, threads=None):
         events.Reload()
         points = [e for e in events.Scalars("charts/updates") if (e.value > 0) == learning]
     if len(points) < 2:  # (a progress line every 5 s) a large K makes few updates: the phase goes by too fast to time
-        sys.exit(f"error: {script}: fewer than two progress lines in the phase timed; a smaller --learn-steps-periods K")
+        sys.exit(f"error: {script}: fewer than two progress lines in the phase timed; a smaller K, or more --total-timesteps")
     first, last = points[0], points[-1]
     return (last.step - first.step) / (last.wall_time - first.wall_time)
+
+
+def learning_setting(entry, learn):
+    """A --settings entry, 'SCRIPT FLAGS' -> its script, the flags of its learning-phase runs, the transitions
+    it samples a step (batch / K); ValueError where it is refused. Its flags come after learn's and the phase's
+    steps, so that they may set those too."""
+    try:
+        script, *flags = shlex.split(entry) or [""]
+    except ValueError as error:  # an unclosed quote
+        raise ValueError(f"{entry!r} cannot be split as a shell would: {error}") from None
+    if script not in DQN_SCRIPTS:
+        raise ValueError(f"{entry!r} does not start with a DQN script: {', '.join(DQN_SCRIPTS)}")
+    if error := flags_error(os.path.join(ROOT, script), [*learn, *flags], os.getcwd()):
+        raise ValueError(f"{entry!r}: {script} refuses its flags: {error}")
+    parsed = load_script(os.path.join(ROOT, script)).parse_args([*learn, *flags])
+    # 500 updates at least: at K=32 the reference's 4,000 learning steps are 125, too few for several progress lines
+    steps = parsed.learning_starts + max(4000, 500 * parsed.learn_steps_period)
+    return script, [*learn, "--total-timesteps", str(steps), *flags], parsed.batch_size / parsed.learn_steps_period
 
 
 def main(argv=None):
@@ -181,7 +208,7 @@ def main(argv=None):
         "--repeats",
         type=int,
         default=1,
-        help="learning-phase runs of dqn_atari.py (and, with --all, of dqn_atari_mp.py), interleaved; "
+        help="learning-phase runs of dqn_atari.py (and of each --settings; with --all, of dqn_atari_mp.py), interleaved; "
         "their mean is reported: this machine's speed drifts",
     )
     p.add_argument(
@@ -200,6 +227,15 @@ def main(argv=None):
         metavar="N",
         help="also measure the learning phase with N torch threads (OMP_NUM_THREADS), interleaved with torch's default",
     )
+    p.add_argument(
+        "--settings",
+        nargs="+",
+        default=[],
+        metavar="'SCRIPT FLAGS'",
+        help="also measure the learning phase of each, a DQN script and its flags, quoted, interleaved with dqn_atari.py's "
+        "runs at K=4 batch 32, e.g. 'dqn_atari_vec.py --envs-count 8 --learn-steps-period 32 --batch-size 256' (its "
+        "flags come last: they may set the phase's --total-timesteps too)",
+    )
     args = p.parse_args(argv)
     # 1 s at least: a shorter bare measurement may end before its first update, a rate of 0 divided by later
     if not 1 <= args.seconds < float("inf"):
@@ -210,18 +246,7 @@ def main(argv=None):
         p.error("argument --learn-steps-periods: each K must be an integer from 1 to 1,000")
     if any(not 1 <= n <= os.cpu_count() for n in args.threads_counts):  # more would only wait for each other
         p.error(f"argument --threads-counts: each N must be an integer from 1 to the {os.cpu_count()} cores here")
-    default_threads = torch_default_threads()  # the scripts run with it unless --threads-counts says
-    torch.set_num_threads(default_threads)  # the bare measurements too
-    print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__} with {default_threads} threads (its default)")
-
-    updates_per_s = bare_update_rate(args.seconds)
-    built_ms = learning_parts_ms(args.seconds * 1.5)
-    env_1 = bare_env_rate(1, args.seconds / 3)
-    rows = [
-        ("bare update rate, batch 32 (updates/s)", f"{updates_per_s:.1f}", ""),
-        ("bare emulator, 1 env (steps/s)", f"{env_1:,.0f}", ""),
-    ]
-    # Learning: epsilon already at 0.01, one update per 4 steps; warm-up: epsilon 1 -> 0.92.
+    # Learning: epsilon already at 0.01, one update per 4 steps.
     learn = [
         "--total-timesteps",
         "5000",
@@ -234,6 +259,24 @@ def main(argv=None):
         "--learn-steps-period",
         "4",
     ]
+    settings = {}  # each --settings entry: its script, the flags of its learning-phase runs, its transitions sampled a step
+    for entry in args.settings:
+        try:
+            settings[entry] = learning_setting(entry, learn)
+        except ValueError as error:
+            p.error(f"argument --settings: {error}")
+    default_threads = torch_default_threads()  # the scripts run with it unless --threads-counts says
+    torch.set_num_threads(default_threads)  # the bare measurements too
+    print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__} with {default_threads} threads (its default)")
+
+    updates_per_s = bare_update_rate(args.seconds)
+    built_ms = learning_parts_ms(args.seconds * 1.5)
+    env_1 = bare_env_rate(1, args.seconds / 3)
+    rows = [
+        ("bare update rate, batch 32 (updates/s)", f"{updates_per_s:.1f}", ""),
+        ("bare emulator, 1 env (steps/s)", f"{env_1:,.0f}", ""),
+    ]
+    # Warm-up: epsilon 1 -> 0.92.
     # 60k steps: long enough for several progress lines (one per 5 s) even where the warm-up runs at 5,000 steps/s
     warm = [
         "--total-timesteps",
@@ -253,6 +296,7 @@ def main(argv=None):
     mp = ["--workers-count", "2"]
     learning_runs, mp_learning_runs = [], []
     other_k_runs = {k: [] for k in args.learn_steps_periods}
+    settings_runs = {entry: [] for entry in settings}
     other_threads_runs = {
         (script, n): [] for n in args.threads_counts for script in ["dqn_atari.py"] + ["dqn_atari_mp.py"] * args.all
     }
@@ -260,6 +304,8 @@ def main(argv=None):
         learning_runs.append(phase_rate("dqn_atari.py", learn, learning=True))
         for k in other_k_runs:
             other_k_runs[k].append(phase_rate("dqn_atari.py", learn + ["--learn-steps-period", str(k)], learning=True))
+        for entry, (script, flags, _) in settings.items():
+            settings_runs[entry].append(phase_rate(script, flags, learning=True))
         if args.all:
             mp_learning_runs.append(phase_rate("dqn_atari_mp.py", learn + mp, learning=True))
         for script, n in other_threads_runs:
@@ -298,6 +344,16 @@ def main(argv=None):
                 f"{', '.join(f'{r:.1f}' for r in runs)})",
                 f"{rate:.1f}",
                 f"{rate / learning:.2f} x at K=4; {rate / (k * updates_per_s):.0%} of {k} x bare updates",
+            )
+        )
+    for entry, runs in settings_runs.items():
+        rate = float(np.mean(runs))
+        rows.append(
+            (
+                f"{entry}, learning (steps/s; runs: {', '.join(f'{r:.1f}' for r in runs)})",
+                f"{rate:.1f}",
+                f"{rate / learning:.2f} x dqn_atari.py at K=4 batch 32; {settings[entry][2]:g} transitions sampled a step "
+                "(dqn_atari.py: 8)",
             )
         )
     for (script, n), runs in other_threads_runs.items():

@@ -2,6 +2,8 @@
 
     python benchmark/gpu_check.py                      # on a machine with CUDA: a few minutes
     python benchmark/gpu_check.py --cpu-only --quick   # anywhere: the same checks on the CPU, tiny runs (the suite's)
+    python benchmark/gpu_check.py --scripts dqn_atari.py dqn_atari_vec.py dqn_atari_mp.py \
+        --workers-counts 2 --cpu-threads               # the DQN scripts alone: are fewer, larger updates faster?
 
 For each script, as a user runs it (a subprocess, in a scratch directory that is deleted after):
 (1) a short training run on the GPU with --save-model, which ends with one evaluation game;
@@ -9,7 +11,11 @@ For each script, as a user runs it (a subprocess, in a scratch directory that is
 script's loss tags, charts/episodic_return and eval/episodic_return are there, every loss value is
 finite, and each run says it ran on the GPU; (4) the same training on the CPU (--no-cuda; with
 --cpu-only, run (1) stands for it). It prints
-each script's learning-phase steps/s on the GPU, on the CPU and their ratio, then dqn_atari_mp.py's
+each script's learning-phase steps/s on the GPU, on the CPU and their ratio; the same for fewer, larger
+updates at dqn_atari.py's replay ratio (batch / K = 32 / 4 = 8 transitions sampled a step), 500 updates
+each: dqn_atari_vec.py --envs-count 8 --learn-steps-period 32 --batch-size 256 and dqn_atari_mp.py
+--workers-count 2 --learn-steps-period 16 --batch-size 128, each also as a ratio to dqn_atari.py's rate
+on the same device (are they faster?); then dqn_atari_mp.py's
 on the GPU at --workers-count 1, 2, 4 and 8: how many actors a GPU learner keeps up with, where
 cores and a GPU are plenty; and what its learner's copy of the weights for the workers (after every
 message of 32 transitions, from the GPU into shared CPU memory) costs against a message's time;
@@ -79,6 +85,17 @@ QUICK_FLAGS = {
     "ppo_atari.py": PG_QUICK,
     "pqn_atari.py": PG_QUICK,
 }
+# Fewer, larger updates at dqn_atari.py's replay ratio, batch / K transitions sampled a step (32 / 4 = 8; --quick:
+# 4 / 4 = 1): are they faster? Timed against dqn_atari.py's learning phase on the same device (see larger_batch_flags).
+# --quick: the same shape, tiny: twice the quick batch at twice its K.
+LARGER_BATCHES = {
+    "dqn_atari_vec.py": ["--envs-count", "8", "--learn-steps-period", "32", "--batch-size", "256"],
+    "dqn_atari_mp.py": ["--workers-count", "2", "--learn-steps-period", "16", "--batch-size", "128"],
+}
+QUICK_LARGER_BATCHES = {
+    "dqn_atari_vec.py": ["--envs-count", "2", "--learn-steps-period", "8", "--batch-size", "8"],
+    "dqn_atari_mp.py": ["--workers-count", "2", "--learn-steps-period", "8", "--batch-size", "8"],
+}
 DQN_LOSSES = ["losses/td_loss", "losses/q_values"]
 LOSSES = {  # the tags that must be logged and finite
     "dqn_atari.py": DQN_LOSSES,
@@ -109,6 +126,17 @@ def set_flag(flags, name, value):
     """flags with name's value set to value: replaced where given, else added."""
     i = flags.index(name) if name in flags else len(flags)
     return flags[:i] + [name, str(value)] + flags[i + 2 :]
+
+
+def larger_batch_flags(script, quick):
+    """The flags of a script's runs with fewer, larger updates: the check's, with the setting's K and batch, and
+    steps for 500 updates after the warm-up (--quick: 110): a loss event comes at every 100th, and the phase timed
+    starts at the first (at K=32, the check's 4,000 learning steps would give 125 updates, one loss event)."""
+    flags, setting = (DQN_QUICK, QUICK_LARGER_BATCHES[script]) if quick else (DQN, LARGER_BATCHES[script])
+    for name, value in zip(setting[::2], setting[1::2]):
+        flags = set_flag(flags, name, value)
+    starts, k = flag_value(flags, "--learning-starts", 0), flag_value(flags, "--learn-steps-period", 4)
+    return set_flag(flags, "--total-timesteps", starts + (110 if quick else 500) * k)
 
 
 def run(script, flags, scratch, args, threads=None):
@@ -191,6 +219,17 @@ def check_script(script, flags, device, scratch, args):
         return (learning_phase_rate(logged, losses),) * 2
     _, cpu_dir = run(script, ["--no-cuda", *flags], scratch, args)  # no model: only its speed is wanted
     return learning_phase_rate(logged, losses), learning_phase_rate(scalars(cpu_dir), losses)
+
+
+def larger_batch_rates(script, flags, device, scratch, args):
+    """A larger-batch setting's learning-phase steps/s on the GPU and on the CPU (--cpu-only: one run for both)."""
+    stdout, run_dir = run(script, [cuda_flag(device), *flags], scratch, args)
+    logged = scalars(run_dir)
+    check_run(stdout, logged, device, DQN_LOSSES, DQN_LOSSES)
+    if device == "cpu":
+        return (learning_phase_rate(logged, DQN_LOSSES),) * 2
+    _, cpu_dir = run(script, ["--no-cuda", *flags], scratch, args)
+    return learning_phase_rate(logged, DQN_LOSSES), learning_phase_rate(scalars(cpu_dir), DQN_LOSSES)
 
 
 def weight_copy_ms(device, copies=50):
@@ -286,6 +325,8 @@ def main(argv=None):
         planned = [[*all_flags[script], "--save-model", "--eval-episodes", "1"]]
         if script == "dqn_atari_mp.py":
             planned += [set_flag(all_flags[script], "--workers-count", n) for n in args.workers_counts]
+        if script in LARGER_BATCHES:
+            planned.append(larger_batch_flags(script, args.quick))
         for flags in planned:
             if error := flags_error(os.path.join(ROOT, script), ["--no-cuda", *flags, *args.extra], os.getcwd()):
                 p.error(f"argument --extra or --workers-counts: python {script} refuses its flags: {error}")
@@ -299,6 +340,8 @@ def main(argv=None):
     machine += f", torch's default {args.default_threads} threads"
     print(f"{datetime.datetime.now():%Y-%m-%d %H:%M} | {machine}", flush=True)
     rates, mp_rates, cpu_rates, failures = {}, {}, {}, []
+    larger, larger_rates = [script for script in LARGER_BATCHES if script in args.scripts], {}
+    larger_settings = QUICK_LARGER_BATCHES if args.quick else LARGER_BATCHES
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as scratch:
         for script in args.scripts:
             print(f"{script}:", flush=True)
@@ -311,6 +354,15 @@ def main(argv=None):
                 )
             except CheckFailed as failure:
                 failures.append(f"{script}: {failure}")
+        for script in larger:
+            print(f"{script} {shlex.join(larger_settings[script])}:", flush=True)
+            try:
+                flags = larger_batch_flags(script, args.quick)
+                larger_rates[script] = larger_batch_rates(script, flags, device, scratch, args)
+                on_gpu, on_cpu = larger_rates[script]
+                print(f"    learning phase: {on_gpu:,.0f} steps/s on the {gpu}, {on_cpu:,.0f} on the CPU", flush=True)
+            except CheckFailed as failure:
+                failures.append(f"{script} {shlex.join(larger_settings[script])}: {failure}")
         if "dqn_atari_mp.py" in args.scripts:
             print(f"dqn_atari_mp.py on the {gpu} at --workers-count {' '.join(map(str, args.workers_counts))}:", flush=True)
             checked_rate = rates.get("dqn_atari_mp.py", (None, None))[0]
@@ -329,6 +381,22 @@ def main(argv=None):
             print(f"| {script} | {on_gpu:,.0f} | {on_cpu:,.0f} | {on_gpu / on_cpu:.2f} |")
         else:
             print(f"| {script} | failed | | |")
+    if larger:
+        reference = rates.get("dqn_atari.py")  # the ratios' base, on the same device
+        note = "" if reference else "; dqn_atari.py not timed: no ratio to it"
+        print(
+            f"\nFewer, larger updates at dqn_atari.py's replay ratio (batch / K), learning phase, steps/s{quick}{note}\n\n"
+            f"| setting | {gpu} | CPU | {gpu} / CPU | {gpu}: to dqn_atari.py | CPU: to dqn_atari.py |\n"
+            "|---|---:|---:|---:|---:|---:|"
+        )
+        for script in larger:
+            setting = f"{script} {shlex.join(larger_settings[script])}"
+            if script in larger_rates:
+                on_gpu, on_cpu = larger_rates[script]
+                to_gpu, to_cpu = (f"{on_gpu / reference[0]:.2f}", f"{on_cpu / reference[1]:.2f}") if reference else ("", "")
+                print(f"| {setting} | {on_gpu:,.0f} | {on_cpu:,.0f} | {on_gpu / on_cpu:.2f} | {to_gpu} | {to_cpu} |")
+            else:
+                print(f"| {setting} | failed | | | | |")
     if "dqn_atari_mp.py" in args.scripts:
         untimed = [n for n in (1, 2, 4, 8) if n not in args.workers_counts]
         note = f"; not timed: --workers-count {', '.join(map(str, untimed))}" if untimed else ""

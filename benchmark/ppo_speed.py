@@ -41,6 +41,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import plumbing.run  # noqa: E402
 import ppo_atari  # noqa: E402
 
 SCRIPTS = ("ppo_atari.py", "pqn_atari.py")
@@ -135,12 +136,12 @@ def script_steps_per_second(script, iterations):
     defaults = script.parse_args([])
     batch = defaults.envs_count * defaults.rollout_length
     work_dir, cwd = tempfile.mkdtemp(prefix="ppo_speed_"), os.getcwd()
-    script.SummaryWriter = TimingWriter
+    plumbing.run.SummaryWriter = TimingWriter  # the run's writer, made by plumbing.Run
     try:
         os.chdir(work_dir)
         script.main(["--total-timesteps", str(batch * (iterations + 1)), "--exp-name", "ppo_speed"])
     finally:
-        script.SummaryWriter = SummaryWriter
+        plumbing.run.SummaryWriter = SummaryWriter
         os.chdir(cwd)
         shutil.rmtree(work_dir, ignore_errors=True)
     (first_step, first_wall, first_cpu), (last_step, last_wall, last_cpu) = ends[0], ends[-1]

@@ -40,6 +40,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
+sys.path.insert(0, ROOT)  # the scripts import plumbing/, from the repository's root: flags_error loads them here
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 from compare import free_path, write_csv  # noqa: E402
 
@@ -85,8 +86,11 @@ def torch_default_threads():
 
 
 def run_ended(script_path, run_dir):
-    """Whether RUN_DIR's checkpoint, read by its script, says that the run ended (a sweep stopped before its CSV)."""
-    checkpoint = load_script(script_path).read_checkpoint(run_dir)
+    """Whether RUN_DIR's checkpoint, read as every script reads it, says that the run ended (a sweep stopped before its
+    CSV)."""
+    from plumbing.checkpoints import read_checkpoint
+
+    checkpoint = read_checkpoint(run_dir)
     return bool(checkpoint and checkpoint["finished"])
 
 

@@ -53,7 +53,7 @@ def sync_dir(path):
 
 def read_checkpoint(run_dir):
     """RUN_DIR's checkpoint, read with weights_only (tensors, numbers, strings and containers: nothing in
-    a run directory can run code), or None where it is truncated, not a checkpoint, or an earlier version's."""
+    a run directory can run code), or None where it is truncated or not a checkpoint at all."""
     try:
         checkpoint = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True)
     except Exception:

@@ -223,7 +223,7 @@ def resumed_args(p, argv, run_dir, script):
     """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside --resume.
     Any other flag given with a new value is refused, as is a run directory this script cannot go on
     with; either way nothing is written."""
-    from plumbing.checkpoints import read_checkpoint
+    from plumbing.checkpoints import FORMAT, read_checkpoint
     from plumbing.run import hold_run_dir
 
     path = os.path.join(run_dir, CHECKPOINT)
@@ -239,7 +239,9 @@ def resumed_args(p, argv, run_dir, script):
             f"argument --resume: {run_dir} has no {CHECKPOINT} (a run writes one every --save-every steps and when stopped)"
         )
     if (checkpoint := read_checkpoint(run_dir)) is None:
-        p.error(f"argument --resume: {path} is truncated, is not a checkpoint, or is an earlier version's")
+        p.error(f"argument --resume: {path} is truncated or is not a checkpoint")
+    if checkpoint.get("format") != FORMAT:
+        p.error(f"argument --resume: {path} was written by an earlier version of the scripts, which this one cannot resume")
     if checkpoint["script"] != script:
         other = checkpoint["script"]
         p.error(f"argument --resume: {run_dir} is a run of {other}: resume it with python {other} --resume {run_dir}")

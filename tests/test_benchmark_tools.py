@@ -792,6 +792,46 @@ def test_dqn_speed_refuses_a_thread_count_below_one_and_splits_the_loops_time_in
     assert dqn_speed.each_part(built) == pytest.approx({"update": 20.0, "+ 4 acting passes": 3.5, "+ 4 game steps": 2.5})
 
 
+def test_dqn_speed_refuses_a_bad_setting_before_any_run_and_gives_each_500_updates(in_tmp, monkeypatch, capsys):
+    """--settings (issue 59: fewer, larger updates against dqn_atari.py's K=4 batch 32): each entry is a DQN script
+    and flags it takes, checked before the first measurement; each is timed over 500 updates at least."""
+    vec = "dqn_atari_vec.py --envs-count 8 --learn-steps-period 32 --batch-size 256"
+    mp = "dqn_atari_mp.py --workers-count 2 --learn-steps-period 16 --batch-size 128"
+    assert run_bad("benchmark/dqn_speed.py", ["--settings", vec, "ppo_atari.py --envs-count 8"], in_tmp) == (
+        "dqn_speed.py: error: argument --settings: 'ppo_atari.py --envs-count 8' does not start with a DQN script: "
+        "dqn_atari.py, dqn_atari_vec.py, dqn_atari_mp.py"
+    )
+    import dqn_speed
+
+    monkeypatch.setattr(subprocess, "Popen", not_now)  # no run of a script starts (subprocess.run too)
+    monkeypatch.setattr(dqn_speed, "torch_default_threads", not_now)  # the first step after the checks
+    for entry, message in (
+        ("", "'' does not start with a DQN script: dqn_atari.py, dqn_atari_vec.py, dqn_atari_mp.py"),
+        ("dqn_atari_vec.py 'oops", '"dqn_atari_vec.py \'oops" cannot be split as a shell would: No closing quotation'),
+        (
+            "dqn_atari_mp.py --batch-size 0",
+            "'dqn_atari_mp.py --batch-size 0': dqn_atari_mp.py refuses its flags: "
+            "argument --batch-size: must be an integer in [1, 2**62], got 0",
+        ),
+        (  # the phase's own flags, checked with the setting's: its 1,000 warm-up steps are too few for this batch
+            "dqn_atari_vec.py --batch-size 2000",
+            "'dqn_atari_vec.py --batch-size 2000': dqn_atari_vec.py refuses its flags: "
+            "argument --learning-starts: must be at least --batch-size (2000)",
+        ),
+    ):
+        assert refused(dqn_speed.main, ["--settings", mp, entry], capsys) == f"argument --settings: {message}"
+    assert os.listdir(in_tmp) == []
+    # each learns for 500 updates at least (the reference's 4,000 steps at K=4), its own flags last
+    learn = ["--total-timesteps", "5000", "--learning-starts", "1000", "--learn-steps-period", "4"]
+    for entry, total, sampled in ((vec, 17_000, 8), (mp, 9_000, 8), ("dqn_atari.py --batch-size 64", 5_000, 16)):
+        script, flags, per_step = dqn_speed.learning_setting(entry, learn)
+        parsed = sweep_tool.load_script(os.path.join(ROOT, script)).parse_args(flags)
+        assert (script, parsed.total_timesteps, per_step) == (entry.split()[0], total, sampled)
+        assert flags[-len(entry.split()) + 1 :] == entry.split()[1:]
+    _, flags, _ = dqn_speed.learning_setting(f"{vec} --total-timesteps 30000", learn)
+    assert sweep_tool.load_script(os.path.join(ROOT, "dqn_atari_vec.py")).parse_args(flags).total_timesteps == 30_000
+
+
 def test_ppo_speed_sets_pqn_against_its_network_passes_and_the_emulator():
     proc = run_tool("ppo_speed.py", "--script", "pqn_atari.py", "--iterations", 1, "--bound-iterations", 1, timeout=300)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -392,8 +392,8 @@ def test_the_learners_updates_match_a_hand_computation(in_tmp, monkeypatch):
 
     # Not the Q-network's class (the workers' copy of it would have to be pickled): what is handed it first
     class Recorded(plumbing.run.Checkpoints):
-        def __init__(self, args, run_dir, actions_count, progress, network, optimizer, target_network, *rest):
-            super().__init__(args, run_dir, actions_count, progress, network, optimizer, target_network, *rest)
+        def __init__(self, args, script, run_dir, actions_count, progress, network, optimizer, target_network, *rest):
+            super().__init__(args, script, run_dir, actions_count, progress, network, optimizer, target_network, *rest)
             networks.append((network, target_network, {k: v.clone() for k, v in network.state_dict().items()}))
 
     def record_pass(step, new_steps, period):

@@ -20,6 +20,8 @@ from conftest import ROOT
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 import gpu_check as gpu_check_module  # noqa: E402
 
+import plumbing.evaluation  # noqa: E402
+
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 
 
@@ -47,14 +49,36 @@ def test_every_script_takes_the_flags_and_names_the_tags_the_check_reads():
         module = importlib.import_module(script[: -len(".py")])
         for flags in (gpu_check_module.FLAGS[script], gpu_check_module.QUICK_FLAGS[script]):
             module.parse_args([*flags, "--save-model", "--eval-episodes", "1", "--no-cuda"])
+        # fewer, larger updates (issue 59): 500 updates after the warm-up, 110 with --quick, at the setting's K and batch
+        for quick, settings, updates in (
+            (False, gpu_check_module.LARGER_BATCHES, 500),
+            (True, gpu_check_module.QUICK_LARGER_BATCHES, 110),
+        ):
+            if script in settings:
+                parsed = module.parse_args(["--no-cuda", *gpu_check_module.larger_batch_flags(script, quick)])
+                k = gpu_check_module.flag_value(settings[script], "--learn-steps-period", None)
+                batch = gpu_check_module.flag_value(settings[script], "--batch-size", None)
+                assert (parsed.learn_steps_period, parsed.batch_size) == (k, batch), (script, quick)
+                assert (parsed.total_timesteps - parsed.learning_starts) // k == updates, (script, quick)
         source = inspect.getsource(module)
-        for tag in gpu_check_module.LOSSES[script] + ["charts/episodic_return", "eval/episodic_return"]:
+        for tag in gpu_check_module.LOSSES[script] + ["charts/episodic_return"]:
             assert f'"{tag}"' in source, (script, tag)
+    assert '"eval/episodic_return"' in inspect.getsource(plumbing.evaluation)  # every script's evaluation logs it
+
+
+def test_the_larger_batch_settings_are_the_issues():
+    settings = {script: " ".join(flags) for script, flags in gpu_check_module.LARGER_BATCHES.items()}
+    assert settings == {
+        "dqn_atari_vec.py": "--envs-count 8 --learn-steps-period 32 --batch-size 256",
+        "dqn_atari_mp.py": "--workers-count 2 --learn-steps-period 16 --batch-size 128",
+    }
 
 
 def test_the_whole_check_passes_on_the_cpu(tmp_path):
     # One torch thread: the runs are tiny, and on a busy machine more threads only wait for each other.
-    args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari_mp.py", "--workers-counts", "1", "2"]
+    # dqn_atari.py too: the base of the larger-batch setting's ratios
+    args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari.py", "dqn_atari_mp.py"]
+    args += ["--workers-counts", "1", "2"]
     args += ["--cpu-threads", "1", "2", "64"]  # 64: more than this machine has, skipped
     status, out, err = gpu_check(args, tmp_path)
     assert status == 0, out[-3000:] + err[-3000:]
@@ -66,11 +90,22 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
     # the scripts' thread count: a clean torch's own, not the suite's OMP_NUM_THREADS=1
     assert int(found.group(1)) == os.cpu_count() and int(found.group(2)) == gpu_check_module.torch_default_threads()
     assert "| script | CPU as GPU | CPU | CPU as GPU / CPU |" in out
-    for script in ["dqn_atari_mp.py"]:  # a row of numbers: steps/s on both, their ratio
+    for script in ["dqn_atari.py", "dqn_atari_mp.py"]:  # a row of numbers: steps/s on both, their ratio
         assert re.search(rf"^\| {re.escape(script)} \| [\d,]+ \| [\d,]+ \| \d+\.\d\d \|$", out, re.M), (script, out[-2000:])
-    # each rate is printed as it is measured too (the table alone would be lost to a time limit): the check's, 2
-    # worker counts (2 is the check's own run), 2 thread counts
-    assert len(re.findall(r"^    learning phase: [\d,]+ steps/s( on the CPU as GPU, [\d,]+ on the CPU)?$", out, re.M)) == 4
+    # each rate is printed as it is measured too (the table alone would be lost to a time limit): the checks' 2, the
+    # larger-batch setting, 2 worker counts (2 is the check's own run), 2 thread counts
+    assert len(re.findall(r"^    learning phase: [\d,]+ steps/s( on the CPU as GPU, [\d,]+ on the CPU)?$", out, re.M)) == 6
+    # fewer, larger updates (issue 59), quick: twice the batch at twice K; its rate, as a ratio to dqn_atari.py's too
+    assert "\nFewer, larger updates at dqn_atari.py's replay ratio (batch / K), learning phase, steps/s (--quick" in out
+    assert "| setting | CPU as GPU | CPU | CPU as GPU / CPU | CPU as GPU: to dqn_atari.py | CPU: to dqn_atari.py |" in out
+    larger = re.search(
+        r"^\| dqn_atari_mp.py --workers-count 2 --learn-steps-period 8 --batch-size 8 \| ([\d,]+) \| ([\d,]+) \| 1\.00 \| "
+        r"(\d+\.\d\d) \| (\d+\.\d\d) \|$",
+        out,
+        re.M,
+    )
+    assert larger and larger.group(1) == larger.group(2) and float(larger.group(3)) > 0, out[-3000:]
+    assert larger.group(3) == larger.group(4)  # --cpu-only: one run for both columns, as dqn_atari.py's
     assert "not timed: --workers-count 4, 8" in out
     assert re.search(r"^\| 1 \| [\d,]+ \| 1\.00 \|$", out, re.M) and re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\d \|$", out, re.M)
     assert "dqn_atari.py, learning phase on the CPU by torch threads" in out
@@ -90,13 +125,16 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
 
 def test_a_failed_check_is_reported(tmp_path):
     # 40 steps: too few for a DQN update to be logged, or a game to end
-    args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari.py", "--extra=--total-timesteps 40"]
-    args += ["--cpu-threads"]  # none
+    args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari.py", "dqn_atari_vec.py"]
+    args += ["--extra=--total-timesteps 40", "--cpu-threads"]  # no thread counts
     status, out, err = gpu_check(args, tmp_path)
     assert status == 1, out[-3000:] + err[-3000:]
-    failure = re.search(r"^FAILED, 1 check\(s\):\n- dqn_atari.py: not logged: (.*)$", out, re.M)
+    failure = re.search(r"^FAILED, 3 check\(s\):\n- dqn_atari.py: not logged: (.*)$", out, re.M)
     assert failure and failure.group(1).startswith("losses/td_loss, losses/q_values, charts/episodic_return"), out[-2000:]
+    larger = "dqn_atari_vec.py --envs-count 2 --learn-steps-period 8 --batch-size 8"  # fewer, larger updates, quick
+    assert re.search(rf"^- {larger}: not logged: losses/td_loss, losses/q_values ", out, re.M), out[-2000:]
     assert re.search(r"^\| dqn_atari.py \| failed \| \| \|$", out, re.M)
+    assert re.search(rf"^\| {larger} \| failed \| \| \| \| \|$", out, re.M)
 
 
 def test_without_cuda_it_stops_at_once(tmp_path):

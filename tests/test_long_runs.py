@@ -315,7 +315,7 @@ def test_a_stop_before_the_games_start_ends_eval_model_without_a_game(stopped, t
     for script in SCRIPTS:
         model = stopped[script].model_path
         programs[script] = (
-            f"import os, signal, sys; sys.path.insert(0, {ROOT!r}); import {script[:-3]} as s; "
+            f"import os, signal, sys; sys.path.insert(0, {ROOT!r}); import {script[:-3]} as s, plumbing.run; "
             "signal.signal(signal.SIGINT, plumbing.run.on_stop_signal); os.kill(os.getpid(), signal.SIGINT); "
             f"s.main(['--eval-model', {model!r}, '--eval-episodes', '2'])"
         )

@@ -181,7 +181,7 @@ def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkey
         saves.append(live_state(self, step, updates))
         real_save(self, step, updates, finished)
 
-    class Writer(mod.SummaryWriter):
+    class Writer(plumbing.run.SummaryWriter):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             writers.append(self)
@@ -197,7 +197,7 @@ def test_a_resumed_run_starts_from_exactly_what_was_saved(script, in_tmp, monkey
             return super().recv()
 
     monkeypatch.setattr(plumbing.run.Checkpoints, "save", save)
-    monkeypatch.setattr(mod, "SummaryWriter", Writer)
+    monkeypatch.setattr(plumbing.run, "SummaryWriter", Writer)
     monkeypatch.setattr(plumbing.run, "stop_signals", [])
     monkeypatch.setattr(mod, "make_env", lambda env_id, envs_count: KilledCatch(envs_count))
     with pytest.raises(Killed):

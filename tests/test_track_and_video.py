@@ -50,7 +50,7 @@ def test_track_without_an_api_key_fails_at_once(tmp_path):
     and wandb start once, not six times."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")} | {"HOME": str(tmp_path)}
     program = (
-        "import runpy, sys\n"
+        f"import runpy, sys; sys.path.insert(0, {ROOT!r})\n"  # as `python SCRIPT` puts the script's folder first
         f"for script in {[os.path.join(ROOT, f'{script.__name__}.py') for script in SCRIPTS]!r}:\n"
         "    sys.argv = [script, '--track']\n"
         "    try:\n"
@@ -186,6 +186,7 @@ def test_track_mirrors_the_run_into_an_offline_wandb_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     pytest.importorskip("imageio_ffmpeg")
     shutil.copy(os.path.join(ROOT, "dqn_atari.py"), tmp_path)  # run from its folder: W&B saves code found there
+    shutil.copytree(os.path.join(ROOT, "plumbing"), tmp_path / "plumbing")  # which it imports
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(WANDB_MODE="offline", WANDB_SILENT="true")
     env.update({f"WANDB_{kind}_DIR": str(tmp_path / kind.lower()) for kind in ("CONFIG", "CACHE", "DATA")})
