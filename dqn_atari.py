@@ -124,14 +124,13 @@ class AtariGames:
     """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
 
     - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
-      copies of its first frame (AtariVectorEnv's own stack, as envpool's, would run on across a lost life).
-    - Steps played for the agent, neither transitions nor counted (as in CleanRL's DQN and PPO; its
-      envpool PQN counts the step that resets a game and learns from it): FIRE, then action 2 to start
-      a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for it; NOOP in a game
-      without FIRE; CleanRL plays NOOP, FIRE, 2 there, envpool random no-ops, then FIRE), and the step
-      that resets a finished game, which ignores its action (gymnasium's default).
+      copies of its first frame.
+    - Steps played for the agent, neither transitions nor counted: FIRE, then action 2 to start a
+      game, FIRE after a lost life (Breakout waits for it; NOOP in a game without FIRE), and the step
+      that resets a finished game, which ignores its action.
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
-      the whole game's real score and its length in the agent's steps."""
+      the whole game's real score and its length in the agent's steps.
+    How this compares with CleanRL's and envpool's setups: docs/experiments/README.md, section 1."""
 
     def __init__(self, env_id, envs_count, seed):
         self.envs = make_env(env_id, envs_count)

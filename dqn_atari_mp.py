@@ -25,12 +25,9 @@ dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.p
 """
 
 import collections
-import multiprocessing.connection
-import multiprocessing.resource_tracker
 import os
 import random
 import signal
-import time
 
 import numpy as np
 import torch
@@ -42,6 +39,7 @@ from ale_py.vector_env import AtariVectorEnv
 
 import plumbing  # the run's flags, directory, logs, checkpoints and --resume: nothing in it changes what is learnt
 from plumbing import non_negative_int, positive_float, positive_int, probability
+from plumbing.workers import dead_worker, messages_waiting, start_workers, stop_workers
 
 SCRIPT = os.path.basename(__file__)  # saved with the model and checkpoints: only this script's network loads them
 FRAME_SHAPE = (84, 84)
@@ -139,14 +137,13 @@ class AtariGames:
     """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
 
     - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
-      copies of its first frame (AtariVectorEnv's own stack, as envpool's, would run on across a lost life).
-    - Steps played for the agent, neither transitions nor counted (as in CleanRL's DQN and PPO; its
-      envpool PQN counts the step that resets a game and learns from it): FIRE, then action 2 to start
-      a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for it; NOOP in a game
-      without FIRE; CleanRL plays NOOP, FIRE, 2 there, envpool random no-ops, then FIRE), and the step
-      that resets a finished game, which ignores its action (gymnasium's default).
+      copies of its first frame.
+    - Steps played for the agent, neither transitions nor counted: FIRE, then action 2 to start a
+      game, FIRE after a lost life (Breakout waits for it; NOOP in a game without FIRE), and the step
+      that resets a finished game, which ignores its action.
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
-      the whole game's real score and its length in the agent's steps."""
+      the whole game's real score and its length in the agent's steps.
+    How this compares with CleanRL's and envpool's setups: docs/experiments/README.md, section 1."""
 
     def __init__(self, env_id, envs_count, seed):
         self.envs = make_env(env_id, envs_count)
@@ -307,7 +304,7 @@ class ReplayMemory:
 
 
 # ---------------------------------------------------------------- worker process
-def worker(index, args, acting_network, pipe, shared_step, stop):
+def worker(index, args, acting_network, shared_step, stop, pipe):
     """One actor: plays its own game and sends what it saw to the learner, SEND_BATCH steps at a time."""
     torch.set_num_threads(1)  # the learner needs the cores; acting is one small forward pass
     if not hasattr(signal, "pthread_sigmask"):  # Windows: Ctrl-C reaches every process; the learner stops its workers
@@ -361,20 +358,19 @@ def main(argv=None):
     # The workers act with a CPU copy of the Q-network whose weights live in shared memory.
     acting_network = QNetwork(actions_count).to(memory_format=torch.channels_last).share_memory()
     acting_network.load_state_dict(q_network.state_dict())
-    pipes, workers, shared_step, stop = start_workers(args, acting_network, global_step)
+    # Raw shared memory, no lock: a process killed while it held a lock (kill -9, the OOM killer) would leave it
+    # taken for good. Each value has one writer, the learner; a worker reads the old value or the new one.
+    context = mp.get_context("spawn")
+    shared_step, stop = context.RawValue("q", global_step), context.RawValue("b", 0)  # a resumed run's step: its epsilon
+    pipes, workers = start_workers(context, worker, args.workers_count, args, acting_network, shared_step, stop)
     ready = collections.deque()  # pipes with a message waiting, served in turn so that every worker gets its say
     failure = None
 
     # The learner: one worker's batch of transitions at a time, until done, Ctrl-C, or a worker died
-    while global_step < args.total_timesteps and not run.stopped:
-        failure = dead_worker(workers)  # (checking on them is cheap)
-        if failure:
-            break
-        if not ready:
-            try:
-                ready.extend(multiprocessing.connection.wait(pipes, timeout=1.0))
-            except InterruptedError:  # Windows: Ctrl-C breaks the wait (after the stop signal's handler ran); Unix retries it
-                pass
+    while global_step < args.total_timesteps and not run.stopped and failure is None:
+        if not ready:  # up to 1 s for messages; then a look at the workers, cheap: one that died ends the run
+            ready.extend(messages_waiting(pipes))
+            failure = dead_worker(workers)
             continue
         pipe = ready.popleft()
         try:
@@ -445,65 +441,6 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
 
 
 WORKER_BYTES = 200 * 2**20  # one worker process (Python, torch, its game): 200 MiB measured (PSS)
-
-
-# ---------------------------------------------------------------- the worker processes
-def start_workers(args, acting_network, global_step):
-    """The worker processes, each with its own pipe to the learner; the shared step count and stop flag."""
-    context = mp.get_context("spawn")  # fork is unsafe with torch's threads and with CUDA
-    # Raw shared memory, no lock: a process killed while it held a lock (kill -9, the OOM killer) would
-    # leave it taken for good, and the next one to touch the value would wait forever. Each value has
-    # one writer, the learner; workers only read it, and a read during a write sees the old value or
-    # the new one (an aligned word is written whole): at worst a step late, which costs nothing.
-    shared_step, stop = context.RawValue("q", global_step), context.RawValue("b", 0)  # a resumed run's step: its epsilon
-    # One pipe per worker, its write end the worker's only: if the worker dies, even halfway through a
-    # message, the learner reads an end (EOFError), not wait forever as on a queue shared by all. The other
-    # way round, the read end is the learner's only (spawn gives a worker its own write end and nothing
-    # else): if the learner dies, a worker's next send, at most 32 steps on, fails and the worker ends.
-    # Ctrl-C and a closed terminal (both sent to every process in the terminal's group) are blocked while the
-    # workers start: a worker keeps them blocked for good (a signal mask survives exec), so they never reach
-    # it, even as it imports torch; the learner stops it as its main loop ends, before it saves the run. In
-    # the learner they wait until it unblocks them: none is lost. (Windows has no signal masks.)
-    terminal_signals = [signum for signum in plumbing.run.STOP_SIGNALS if signum != signal.SIGTERM]
-    can_block = hasattr(signal, "pthread_sigmask")
-    if can_block:
-        # multiprocessing's resource tracker starts with the first worker otherwise, and unblocks SIGINT after
-        multiprocessing.resource_tracker.ensure_running()
-        signal.pthread_sigmask(signal.SIG_BLOCK, terminal_signals)
-    pipes, workers = [], []
-    for index in range(args.workers_count):
-        pipe, worker_end = context.Pipe(duplex=False)
-        worker_args = (index, args, acting_network, worker_end, shared_step, stop)
-        workers.append(context.Process(target=worker, args=worker_args, daemon=True))
-        workers[-1].start()
-        worker_end.close()
-        pipes.append(pipe)
-    if can_block:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, terminal_signals)
-    return pipes, workers, shared_step, stop
-
-
-def dead_worker(workers):
-    """Which worker has died and how, else None: a worker exits when told to, on an exception, or killed."""
-    for index, process in enumerate(workers):
-        if process.exitcode is not None:
-            code = process.exitcode
-            names = {number.value: number.name for number in signal.Signals}  # a real-time signal has none
-            how = f"killed by {names.get(-code, f'signal {-code}')}" if code < 0 else f"exit code {code}"
-            return f"worker {index} (pid {process.pid}) died: {how}"
-
-
-def stop_workers(pipes, workers, stop):
-    stop.value = 1
-    for pipe in pipes:
-        pipe.close()  # a worker waiting to send gets BrokenPipeError and exits
-    # A worker that plays sees the flag within a step; one still starting (importing torch) cannot
-    # look before it plays, and nothing is lost by killing it.
-    deadline = time.time() + 2
-    for process in workers:
-        process.join(timeout=max(deadline - time.time(), 0))
-        process.kill()  # no-op for a worker that has exited
-        process.join()  # reaped: no zombie left while the evaluation runs
 
 
 if __name__ == "__main__":

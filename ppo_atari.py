@@ -124,14 +124,13 @@ class AtariGames:
     """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
 
     - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
-      copies of its first frame (AtariVectorEnv's own stack, as envpool's, would run on across a lost life).
-    - Steps played for the agent, neither transitions nor counted (as in CleanRL's DQN and PPO; its
-      envpool PQN counts the step that resets a game and learns from it): FIRE, then action 2 to start
-      a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for it; NOOP in a game
-      without FIRE; CleanRL plays NOOP, FIRE, 2 there, envpool random no-ops, then FIRE), and the step
-      that resets a finished game, which ignores its action (gymnasium's default).
+      copies of its first frame.
+    - Steps played for the agent, neither transitions nor counted: FIRE, then action 2 to start a
+      game, FIRE after a lost life (Breakout waits for it; NOOP in a game without FIRE), and the step
+      that resets a finished game, which ignores its action.
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
-      the whole game's real score and its length in the agent's steps."""
+      the whole game's real score and its length in the agent's steps.
+    How this compares with CleanRL's and envpool's setups: docs/experiments/README.md, section 1."""
 
     def __init__(self, env_id, envs_count, seed):
         self.envs = make_env(env_id, envs_count)
@@ -265,7 +264,9 @@ def main(argv=None):
     rollout_shape = (args.rollout_length, games.envs.num_envs)
     rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
     rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
-    rollout_values, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
+    rollout_values = torch.zeros(rollout_shape, device=device)
+    rollout_rewards = torch.zeros(rollout_shape, device=device)
+    rollout_dones = torch.zeros(rollout_shape, device=device)
     rollout_logprobs = torch.zeros(rollout_shape, device=device)
     rollout_agent_acted = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
     # 0, 0; or --resume's step and update counts, with all it is handed as saved (but the games, which start anew)
@@ -296,9 +297,10 @@ def main(argv=None):
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.returns.append(score)
             run.show(global_step, updates)
-            if global_step >= args.total_timesteps or run.stopped:
+            rollout_cut_short = step < args.rollout_length - 1 and (global_step >= args.total_timesteps or run.stopped)
+            if rollout_cut_short:  # by the run's end or a stop: it is not learnt from
                 break
-        if step < args.rollout_length - 1:  # cut short by the run's end or a stop: not learnt from
+        if rollout_cut_short:
             break
 
         # ALGO LOGIC: phase 2, the update: update_epochs passes over the rollout in minibatch steps
@@ -344,9 +346,7 @@ def main(argv=None):
                 updates += 1
                 if run.stopped:  # Ctrl-C or kill: no more minibatch steps; a checkpoint of those made
                     break
-            if run.stopped:
-                break
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            if run.stopped or (args.target_kl is not None and approx_kl > args.target_kl):
                 break
         # How much of the returns' variance the critic explained before the update (1 is all of it)
         returns_var = b_returns[agent_steps].var(correction=0)  # np.var's, as CleanRL's: of one step, 0 (no warning)

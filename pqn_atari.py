@@ -119,14 +119,13 @@ class AtariGames:
     """The games as the agent sees them: AtariVectorEnv plus the standard setup's bookkeeping.
 
     - `obs`: four stacked frames a game; every episode, a game's or a life's, starts with four
-      copies of its first frame (AtariVectorEnv's own stack, as envpool's, would run on across a lost life).
-    - Steps played for the agent, neither transitions nor counted (as in CleanRL's DQN and PPO; its
-      envpool PQN counts the step that resets a game and learns from it): FIRE, then action 2 to start
-      a game (CleanRL's FireResetEnv), FIRE after a lost life (Breakout waits for it; NOOP in a game
-      without FIRE; CleanRL plays NOOP, FIRE, 2 there, envpool random no-ops, then FIRE), and the step
-      that resets a finished game, which ignores its action (gymnasium's default).
+      copies of its first frame.
+    - Steps played for the agent, neither transitions nor counted: FIRE, then action 2 to start a
+      game, FIRE after a lost life (Breakout waits for it; NOOP in a game without FIRE), and the step
+      that resets a finished game, which ignores its action.
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
-      the whole game's real score and its length in the agent's steps."""
+      the whole game's real score and its length in the agent's steps.
+    How this compares with CleanRL's and envpool's setups: docs/experiments/README.md, section 1."""
 
     def __init__(self, env_id, envs_count, seed):
         self.envs = make_env(env_id, envs_count)
@@ -239,7 +238,7 @@ def linear_schedule(start_e, end_e, duration, t):
     return max(slope * t + start_e, end_e)
 
 
-def epsilon_greedy(q_values, epsilon, rng):
+def epsilon_greedy_from_q_values(q_values, epsilon, rng):
     """For each row of q_values (one an environment), a random action with probability epsilon, else the greedy one."""
     explore = rng.random(len(q_values)) < epsilon
     random_actions = rng.integers(0, q_values.shape[1], size=len(q_values))
@@ -270,7 +269,9 @@ def main(argv=None):
     rollout_shape = (args.rollout_length, games.envs.num_envs)
     rollout_obs = torch.zeros(rollout_shape + (STACK, *FRAME_SHAPE), dtype=torch.uint8, device=device)
     rollout_actions = torch.zeros(rollout_shape, dtype=torch.long, device=device)
-    rollout_values, rollout_rewards, rollout_dones = torch.zeros((3, *rollout_shape), device=device)
+    rollout_values = torch.zeros(rollout_shape, device=device)
+    rollout_rewards = torch.zeros(rollout_shape, device=device)
+    rollout_dones = torch.zeros(rollout_shape, device=device)
     rollout_agent_acted = torch.zeros(rollout_shape, dtype=torch.bool, device=device)
     # 0, 0; or --resume's step and update counts, with all it is handed as saved (but the games, which start anew)
     global_step, updates = run.start(actions_count, agent, optimizer, rng=rng)
@@ -283,7 +284,7 @@ def main(argv=None):
             epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
             with torch.no_grad():
                 q_values = agent(obs)
-            actions = epsilon_greedy(q_values, epsilon, rng)
+            actions = epsilon_greedy_from_q_values(q_values, epsilon, rng)
             agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
             global_step += np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL's DQN and PPO count them
             rewards, dones, finished = games.recv()
@@ -297,12 +298,12 @@ def main(argv=None):
                 writer.add_scalar("charts/episodic_return", score, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.returns.append(score)
-                # CleanRL's PQN also charts the mean of the last 20 games: its curves overlay ours
-                writer.add_scalar("charts/avg_episodic_return", np.mean(list(run.returns)[-20:]), global_step)
+                writer.add_scalar("charts/avg_episodic_return", np.mean(list(run.returns)[-20:]), global_step)  # CleanRL's too
             run.show(global_step, updates, {"charts/epsilon": epsilon})
-            if global_step >= args.total_timesteps or run.stopped:
+            rollout_cut_short = step < args.rollout_length - 1 and (global_step >= args.total_timesteps or run.stopped)
+            if rollout_cut_short:  # by the run's end or a stop: it is not learnt from
                 break
-        if step < args.rollout_length - 1:  # cut short by the run's end or a stop: not learnt from
+        if rollout_cut_short:
             break
 
         # ALGO LOGIC: phase 2, the update: update_epochs passes over the rollout in minibatch steps
@@ -350,7 +351,7 @@ def evaluate(agent, env_id, seed, episodes, epsilon, device, video_dir=None):
         actions = np.zeros(1, dtype=np.int64)  # where the step is played for the agent: no choice to make
         if games.agent_acts[0]:
             with torch.no_grad():
-                actions = epsilon_greedy(agent(torch.from_numpy(games.obs).to(device)), epsilon, rng).numpy()
+                actions = epsilon_greedy_from_q_values(agent(torch.from_numpy(games.obs).to(device)), epsilon, rng).numpy()
         games.send(actions)
         _, _, finished = games.recv()
         returns += [score for score, _ in finished]

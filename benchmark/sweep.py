@@ -67,13 +67,16 @@ def load_script(script_path):
 def flags_error(script_path, flags, cwd):
     """The script's own error for these flags (its parse_args, with every check it makes before a run), or None."""
     script = load_script(script_path)
-    said = io.StringIO()
-    with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said), contextlib.chdir(cwd):
+    said, before = io.StringIO(), os.getcwd()
+    with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
         try:
+            os.chdir(cwd)  # (contextlib.chdir would need Python 3.11)
             script.parse_args(flags)
         except SystemExit as stop:
             if stop.code:  # argparse's last line: "PROG: error: MESSAGE"
                 return (said.getvalue().strip().splitlines() or [f"exit status {stop.code}"])[-1].split("error: ", 1)[-1]
+        finally:
+            os.chdir(before)
     return None
 
 

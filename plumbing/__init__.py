@@ -6,41 +6,9 @@ run's directory, TensorBoard and W&B, the progress line and stop signals (run.py
 --resume and the replay's files (checkpoints.py), and watching or filming a saved model
 (evaluation.py). It imports no script: each hands it what it needs."""
 
+# What the scripts use (ruff leaves these imports as they are: F401, I001)
 from plumbing.checkpoints import check_replay
 from plumbing.evaluation import VideoRecorder
-from plumbing.flags import (
-    add_run_flags,
-    available_memory_bytes,
-    check_games_memory,
-    check_memory,
-    new_parser,
-    non_negative_float,
-    non_negative_int,
-    note,
-    parse_run,
-    positive_float,
-    positive_int,
-    probability,
-    rom_name,
-)
+from plumbing.flags import add_run_flags, available_memory_bytes, check_games_memory, check_memory, new_parser, note
+from plumbing.flags import non_negative_float, non_negative_int, parse_run, positive_float, positive_int, probability, rom_name
 from plumbing.run import Run, catch_stop_signals
-
-__all__ = [
-    "Run",
-    "VideoRecorder",
-    "add_run_flags",
-    "available_memory_bytes",
-    "catch_stop_signals",
-    "check_games_memory",
-    "check_memory",
-    "check_replay",
-    "new_parser",
-    "non_negative_float",
-    "non_negative_int",
-    "note",
-    "parse_run",
-    "positive_float",
-    "positive_int",
-    "probability",
-    "rom_name",
-]

@@ -58,10 +58,8 @@ def read_checkpoint(run_dir):
         checkpoint = torch.load(os.path.join(run_dir, CHECKPOINT), map_location="cpu", weights_only=True)
     except Exception:
         return None
-    keys = {"script", "args", "global_step", "finished", "resumable", "files", "format"}
-    return (
-        checkpoint if isinstance(checkpoint, dict) and keys <= checkpoint.keys() and checkpoint["format"] == FORMAT else None
-    )
+    keys = {"script", "args", "global_step", "finished", "resumable", "files"}
+    return checkpoint if isinstance(checkpoint, dict) and keys <= checkpoint.keys() else None
 
 
 class Checkpoints:
@@ -76,14 +74,8 @@ class Checkpoints:
     torch.load(weights_only=True) reads."""
 
     def __init__(self, args, script, run_dir, actions_count, progress, network, optimizer, target_network, rng, replay):
-        self.args, self.script, self.run_dir, self.actions_count, self.progress = (
-            args,
-            script,
-            run_dir,
-            actions_count,
-            progress,
-        )
-        self.network, self.optimizer, self.target_network = network, optimizer, target_network
+        self.args, self.script, self.run_dir, self.actions_count = args, script, run_dir, actions_count
+        self.progress, self.network, self.optimizer, self.target_network = progress, network, optimizer, target_network
         self.rng, self.replay = rng, replay  # None where the script has none
         self.path, self.model_path = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, f"{args.exp_name}.pt")
         self.saved_step = 0
@@ -99,21 +91,22 @@ class Checkpoints:
 
         weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf if any is
         stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)  # --resume would diverge again
-        model = {
+        model = {"script": self.script, "env_id": self.args.env_id, "actions_count": int(self.actions_count)}
+        model["state_dict"] = self.network.state_dict()
+        checkpoint = {
             "script": self.script,
-            "env_id": self.args.env_id,
-            "actions_count": int(self.actions_count),
-            "state_dict": self.network.state_dict(),
+            "format": FORMAT,
+            "args": vars(self.args),
+            "global_step": step,
+            "updates": updates,
         }
-        numpy_state = np.random.get_state()
-        ending = {"script": self.script, "format": FORMAT, "args": vars(self.args), "global_step": step, "updates": updates}
         if finished and not self.args.keep_checkpoint:  # the run's end: only what tells --resume that it has finished
-            checkpoint = ending | {"finished": True, "resumable": False, "replay": None, "files": []}
+            checkpoint |= {"finished": True, "resumable": False, "replay": None, "files": []}
         else:
-            checkpoint = (
-                ending
-                | {
-                    **model,  # a model too: --eval-model plays it
+            numpy_state, replay = np.random.get_state(), self.replay
+            checkpoint |= (
+                model
+                | {  # a model too: --eval-model plays it
                     "model_file": os.path.basename(self.model_path),  # where --save-model writes: NAME.pt, or NAME_2.pt...
                     "finished": finished,
                     "resumable": True,
@@ -125,12 +118,8 @@ class Checkpoints:
                     "cuda_random": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],  # a CUDA run's only
                     "python_random": random.getstate(),
                     "returns": [float(score) for score in self.progress.returns],
-                    "replay": None
-                    if self.replay is None
-                    else self.replay.save(),  # the names of its files, written as it fills
-                    "files": []
-                    if self.replay is None
-                    else self.replay.files(),  # (path, size): checked before a resume starts
+                    "replay": None if replay is None else replay.save(),  # the names of its files, written as it fills
+                    "files": [] if replay is None else replay.files(),  # (path, size): checked before a resume starts
                 }
             )
         if self.args.save_model:  # first: a kill between the two leaves the last checkpoint to go on from;
@@ -158,9 +147,8 @@ class Checkpoints:
         if torch.cuda.is_available() and len(checkpoint["cuda_random"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
         random.setstate(checkpoint["python_random"])
-        step, saved_args = checkpoint["global_step"], checkpoint["args"]
+        step, saved_args, ends = checkpoint["global_step"], checkpoint["args"], 1
         self.model_path = os.path.join(self.run_dir, checkpoint["model_file"])
-        ends = 1
         while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
             ends += 1
             self.model_path = os.path.join(self.run_dir, f"{self.args.exp_name}_{ends}.pt")
@@ -169,11 +157,11 @@ class Checkpoints:
         self.progress.go_on_from(step, checkpoint["returns"])
         self.saved_step = step
         changed = [
-            f"--{k.replace('_', '-')} {v} (was {saved_args[k]})"
+            f", --{k.replace('_', '-')} {v} (was {saved_args[k]})"
             for k, v in vars(self.args).items()
             if k in CHANGEABLE and saved_args.get(k, v) != v
         ]
-        print(f"{self.run_dir}: resumed at step {step:,}" + "".join(f", {c}" for c in changed), flush=True)
+        print(f"{self.run_dir}: resumed at step {step:,}" + "".join(changed), flush=True)
         return step, checkpoint["updates"]
 
     def finish(self, step, updates):

@@ -90,23 +90,10 @@ class VideoRecorder:
 
     def __init__(self, envs, env_id, seed, video_dir, first_view):
         self.envs, self.video_dir, self.games, self.writers = envs, video_dir, 0, None
-        self.screen = AtariVectorEnv(
-            rom_name(env_id),
-            1,
-            noop_max=30,
-            frameskip=4,
-            maxpool=False,
-            use_fire_reset=False,
-            stack_num=1,
-            img_height=210,
-            img_width=160,
-            grayscale=False,
-            repeat_action_probability=0.0,
-            max_num_frames_per_episode=108_000,
-            episodic_life=False,
-            life_loss_info=False,
-            reward_clipping=False,
-        )
+        settings = dict(noop_max=30, frameskip=4, use_fire_reset=False, stack_num=1, repeat_action_probability=0.0)
+        settings |= dict(max_num_frames_per_episode=108_000, episodic_life=False, life_loss_info=False, reward_clipping=False)
+        screen = dict(img_height=210, img_width=160, grayscale=False, maxpool=False)  # the real screen, in colour
+        self.screen = AtariVectorEnv(rom_name(env_id), 1, **settings, **screen)
         self.record(self.screen.reset(seed=seed)[0][0, -1], first_view)
 
     def record(self, screen, view):

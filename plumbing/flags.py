@@ -91,59 +91,31 @@ def new_parser(doc):
 def add_run_flags(p, script, eval_epsilon=None):
     """The flags every script shares, after its algorithm's: naming, seeding, logging, saving, --resume, evaluation.
     eval_epsilon: --eval-epsilon's default (None: the script sets it, as the DQN scripts do from --end-e)."""
-    g = p.add_argument_group("the run (shared by every script)")
+    g, flag = p.add_argument_group("the run (shared by every script)"), argparse.BooleanOptionalAction
     g.add_argument("--exp-name", type=experiment_name, default=script[: -len(".py")], help="name of this experiment")
     g.add_argument("--seed", type=seed_number, default=1, help="seed of the experiment")
-    flag = argparse.BooleanOptionalAction
     g.add_argument("--torch-deterministic", action=flag, default=True, help="make cudnn deterministic")
     g.add_argument("--cuda", action=flag, default=True, help="use the GPU when there is one")
-    g.add_argument(
-        "--track",
-        action=flag,
-        default=False,
-        help="mirror the TensorBoard logs, the flags and this script's code to a Weights & Biases run (needs wandb; "
-        "WANDB_MODE=offline keeps it on disk, for `wandb sync`)",
-    )
+    why = "needs wandb; WANDB_MODE=offline keeps it on disk, for `wandb sync`"
+    g.add_argument("--track", action=flag, default=False, help=f"mirror the logs, flags and code to a W&B run ({why})")
     g.add_argument("--wandb-project-name", default="cleanRL", help="with --track, the W&B project")
     g.add_argument("--wandb-entity", default=None, help="with --track, the W&B team or user; None: your own")
     g.add_argument(
         "--save-model", action=flag, default=False, help="save the network into the run directory, then evaluate it"
     )
-    g.add_argument(
-        "--capture-video",
-        action=flag,
-        default=False,
-        help="with --save-model or --eval-model, record the evaluation games as mp4 under videos/: the game's screen "
-        "in colour, and in a second file the agent's 84x84 view, 4x (needs imageio, imageio-ffmpeg)",
-    )
-    g.add_argument(
-        "--save-every",
-        type=positive_int,
-        default=100_000,
-        help="write a checkpoint for --resume (and with --save-model the model) every this many environment steps",
-    )
-    g.add_argument(
-        "--resume",
-        metavar="RUN_DIR",
-        help="go on with the stopped or killed run in RUN_DIR from its last checkpoint, with its own flags",
-    )
-    g.add_argument(
-        "--keep-checkpoint",
-        action=flag,
-        default=False,
-        help="keep the last checkpoint whole at the run's end (a DQN replay's files too: 7 GB for 1M transitions), "
-        "so that --resume with a larger --total-timesteps can go on",
-    )
-    g.add_argument(
-        "--eval-model",
-        metavar="PATH",
-        help="no training: play --eval-episodes games with a model this script saved, log their scores",
-    )
+    what = "the game's screen in colour, and the agent's 84x84 view, 4x (needs imageio, imageio-ffmpeg)"
+    g.add_argument("--capture-video", action=flag, default=False, help=f"with --save-model or --eval-model, film: {what}")
+    what = "write a checkpoint for --resume (and with --save-model the model) every this many environment steps"
+    g.add_argument("--save-every", type=positive_int, default=100_000, help=what)
+    what = "go on with the stopped or killed run in RUN_DIR from its last checkpoint, with its own flags"
+    g.add_argument("--resume", metavar="RUN_DIR", help=what)
+    what = "keep the last checkpoint at the end (a DQN replay's files too: 7 GB for 1M steps) for --resume to go on"
+    g.add_argument("--keep-checkpoint", action=flag, default=False, help=what)
+    what = "no training: play --eval-episodes games with a model this script saved, log their scores"
+    g.add_argument("--eval-model", metavar="PATH", help=what)
     g.add_argument("--eval-episodes", type=positive_int, default=10, help="games played by the evaluation")
-    why = "(None: --end-e)" if eval_epsilon is None else "games"
-    g.add_argument(
-        "--eval-epsilon", type=probability, default=eval_epsilon, help=f"chance of a random action in the evaluation {why}"
-    )
+    what = f"chance of a random action in the evaluation {'(None: --end-e)' if eval_epsilon is None else 'games'}"
+    g.add_argument("--eval-epsilon", type=probability, default=eval_epsilon, help=what)
 
 
 def parse_run(p, argv, script):
@@ -152,11 +124,9 @@ def parse_run(p, argv, script):
     if args.resume is not None:
         args = resumed_args(p, argv, args.resume, script)
     if not rom_name(args.env_id):
-        p.error(
-            f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows e.g. BreakoutNoFrameskip-v4, "
-            f"PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r.get_all_rom_ids())', "
-            f"but for {', '.join(sorted(TWO_PLAYERS_ONLY))}: two players only)"
-        )
+        known = "e.g. BreakoutNoFrameskip-v4, PongNoFrameskip-v4; full list: python -c 'import ale_py.roms as r; print(r."
+        known += f"get_all_rom_ids())', but for {', '.join(sorted(TWO_PLAYERS_ONLY))}: two players only"
+        p.error(f"argument --env-id: unknown Atari game '{args.env_id}' (ale-py knows {known})")
     if args.capture_video and not (args.save_model or args.eval_model):
         p.error("argument --capture-video: films the evaluation games, played only with --save-model or --eval-model: add one")
     if args.capture_video:
@@ -207,16 +177,8 @@ def check_memory(p, args, flag, needed, what):
 
 
 # The flags a resumed run may change; any other given beside --resume with a new value is refused.
-CHANGEABLE = [
-    "total_timesteps",
-    "save_every",
-    "save_model",
-    "keep_checkpoint",
-    "cuda",
-    "capture_video",
-    "eval_episodes",
-    "eval_epsilon",
-]
+CHANGEABLE = ["total_timesteps", "save_every", "save_model", "keep_checkpoint", "cuda", "capture_video", "eval_episodes"]
+CHANGEABLE += ["eval_epsilon"]
 
 
 def resumed_args(p, argv, run_dir, script):
@@ -226,25 +188,25 @@ def resumed_args(p, argv, run_dir, script):
     from plumbing.checkpoints import FORMAT, read_checkpoint
     from plumbing.run import hold_run_dir
 
+    def refuse(why):
+        p.error(f"argument --resume: {why}")
+
     path = os.path.join(run_dir, CHECKPOINT)
     if not os.path.isdir(run_dir):
-        p.error(f"argument --resume: {run_dir} is not a directory")
+        refuse(f"{run_dir} is not a directory")
     for folder in (run_dir, os.path.join(run_dir, "replay")):  # its logs, checkpoints and replay's files go there
         if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
-            p.error(f"argument --resume: cannot write in {folder}")
+            refuse(f"cannot write in {folder}")
     if not hold_run_dir(run_dir):
-        p.error(f"argument --resume: {run_dir} is in use: another process is running it")
+        refuse(f"{run_dir} is in use: another process is running it")
     if not os.path.isfile(path):
-        p.error(
-            f"argument --resume: {run_dir} has no {CHECKPOINT} (a run writes one every --save-every steps and when stopped)"
-        )
+        refuse(f"{run_dir} has no {CHECKPOINT} (a run writes one every --save-every steps and when stopped)")
     if (checkpoint := read_checkpoint(run_dir)) is None:
-        p.error(f"argument --resume: {path} is truncated or is not a checkpoint")
+        refuse(f"{path} is truncated or is not a checkpoint")
     if checkpoint.get("format") != FORMAT:
-        p.error(f"argument --resume: {path} was written by an earlier version of the scripts, which this one cannot resume")
-    if checkpoint["script"] != script:
-        other = checkpoint["script"]
-        p.error(f"argument --resume: {run_dir} is a run of {other}: resume it with python {other} --resume {run_dir}")
+        refuse(f"{path} was written by an earlier version of the scripts, which this one cannot resume")
+    if (other := checkpoint["script"]) != script:
+        refuse(f"{run_dir} is a run of {other}: resume it with python {other} --resume {run_dir}")
     saved = checkpoint["args"]
     args = p.parse_args(argv, argparse.Namespace(**saved))  # flags not given keep the saved values
     for name, value in vars(args).items():
@@ -254,16 +216,16 @@ def resumed_args(p, argv, run_dir, script):
                 f"argument --{name.replace('_', '-')}: a resumed run keeps its own ({saved[name]}); only {flags} can change"
             )
     for name, size in checkpoint["files"]:
-        if not os.path.isfile(os.path.join(run_dir, name)) or os.path.getsize(os.path.join(run_dir, name)) != size:
-            p.error(f"argument --resume: {os.path.join(run_dir, name)}, which the checkpoint needs, is missing or truncated")
+        if not os.path.isfile(file := os.path.join(run_dir, name)) or os.path.getsize(file) != size:
+            refuse(f"{file}, which the checkpoint needs, is missing or truncated")
     step = checkpoint["global_step"]
     if not checkpoint["resumable"]:
         why = f"{run_dir} has finished ({step:,} steps) and kept no checkpoint (--keep-checkpoint keeps one)"
         if os.path.isdir(replay_dir := os.path.join(run_dir, "replay")):  # a kill as the run ended stopped its deletion
             why += f"; its replay files are of no more use: rm -r {shlex.quote(replay_dir)}"
-        p.error(f"argument --resume: {why}")
+        refuse(why)
     if step >= args.total_timesteps:
-        p.error(f"argument --resume: {run_dir} has run its {step:,} steps: to go on, add a larger --total-timesteps")
+        refuse(f"{run_dir} has run its {step:,} steps: to go on, add a larger --total-timesteps")
     return args
 
 

@@ -92,17 +92,9 @@ def start_wandb(args, run_dir):
     with open(id_path) as f:
         run_id = f.read().strip()
     wandb.tensorboard.patch(root_logdir=run_dir)  # told, not guessed: wandb would wait 10 s to guess it
+    run = dict(project=args.wandb_project_name, entity=args.wandb_entity, name=os.path.basename(run_dir), id=run_id)
     try:
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=os.path.basename(run_dir),
-            save_code=True,
-            id=run_id,
-            resume="allow",
-        )
+        wandb.init(**run, config=vars(args), sync_tensorboard=True, save_code=True, resume="allow")
     except wandb.errors.Error as error:  # no network, or W&B refused: nothing logged yet
         if args.resume is None:  # a new run's directory holds the id alone
             os.remove(id_path)
@@ -198,18 +190,8 @@ class Run:
         self.progress = Progress(self.writer, self.args.total_timesteps, warm_up=getattr(self.args, "learning_starts", None))
         self.returns = self.progress.returns  # the last 100 games' scores: the main loop adds each game's
         replay_files = None if replay is None else ReplayFiles(replay, self.dir, replay_batch)
-        self.checkpoints = Checkpoints(
-            self.args,
-            self.script,
-            self.dir,
-            actions_count,
-            self.progress,
-            network,
-            optimizer,
-            target_network,
-            rng,
-            replay_files,
-        )
+        handed = (network, optimizer, target_network, rng, replay_files)
+        self.checkpoints = Checkpoints(self.args, self.script, self.dir, actions_count, self.progress, *handed)
         step, updates = self.checkpoints.restore(self.checkpoint)
         print(f"{self.dir}: {self.args.env_id}, {self.args.total_timesteps:,} steps on {self.device}", flush=True)
         return step, updates

@@ -112,7 +112,9 @@ def test_policy_gradient_loop_relaunches_every_life_and_starts_fresh_stacks(scri
 
 
 def test_pqn_loop_relaunches_every_life_and_starts_fresh_stacks(in_tmp, monkeypatch, one_torch_thread):
-    monkeypatch.setattr(pqn_atari, "epsilon_greedy", lambda q_values, *args: torch.zeros(len(q_values), dtype=torch.int64))
+    monkeypatch.setattr(
+        pqn_atari, "epsilon_greedy_from_q_values", lambda q_values, *args: torch.zeros(len(q_values), dtype=torch.int64)
+    )
     calls = spy_on_stacks(pqn_atari, monkeypatch)
     run_dir = pqn_atari.main(
         ["--total-timesteps", "1280", "--envs-count", "2", "--rollout-length", "64", "--update-epochs", "1"]

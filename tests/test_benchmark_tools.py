@@ -1031,3 +1031,29 @@ def test_a_stopped_tool_ends_in_one_line_and_leaves_nothing_behind(signum, tmp_p
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signum and err == f"checkpoint_pause.py: stopped by {signum.name}\n", err
     assert os.listdir(tmp_path) == []
+
+
+def test_same_values_finds_every_value_that_changed_and_refuses_bad_input(tmp_path, capsys):
+    """same_values.py --compare: SAME where two records agree, DIFFER naming the tag (or file) where one value
+    does; exit status 1 then. Bad input: one line, exit status 2, nothing made."""
+    import same_values
+
+    values = ["dqn_atari.py losses/td_loss [(100, 0.5), (200, 0.25)]", "ppo_atari.py charts/episodic_return [(9, 2.0)]"]
+    for name, changed in (("old", values[0]), ("new", values[0].replace("0.25", "0.2500001"))):
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / "values.txt").write_text("\n".join([changed, values[1]]) + "\n")
+        (tmp_path / name / "files.txt").write_text("dqn_atari.py checkpoint.pt\n")
+    assert not same_values.compare(str(tmp_path / "old"), str(tmp_path / "new"))
+    out = capsys.readouterr().out
+    assert "values dqn_atari.py     DIFFER: losses/td_loss" in out and "values ppo_atari.py     SAME (1)" in out
+    assert "files  dqn_atari.py     SAME (1)" in out and "a2c_batched.py" not in out  # a script neither recorded
+    assert same_values.compare(str(tmp_path / "old"), str(tmp_path / "old"))
+    assert "DIFFER" not in capsys.readouterr().out
+    for args, why in [
+        (["--out", str(tmp_path / "old")], "argument --out: "),
+        (["--out", str(tmp_path / "x"), "--compare", str(tmp_path)], "argument --compare: "),
+        (["--out", str(tmp_path / "x"), "--repo", str(tmp_path)], "argument --repo: "),
+    ]:
+        proc = run_tool("same_values.py", *args)
+        assert proc.returncode == 2 and why in proc.stderr.splitlines()[-1] and "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "x")

@@ -3,9 +3,7 @@
 import os
 import signal
 
-import ale_py
 import catch
-import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -26,7 +24,6 @@ from conftest import (
 import dqn_atari
 import plumbing.checkpoints
 import plumbing.run
-from plumbing.flags import rom_name
 
 # A short Breakout run: 600 warm-up steps, then 1,200 learning steps at one update per 2 steps.
 SHORT = [
@@ -183,24 +180,6 @@ def test_epsilon_schedule_by_hand():
     assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 500) == pytest.approx(0.505)
     assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 1000) == pytest.approx(0.01)
     assert dqn_atari.linear_schedule(1.0, 0.01, 1000, 5000) == pytest.approx(0.01)
-
-
-def test_rom_names():
-    assert rom_name("BreakoutNoFrameskip-v4") == "breakout"
-    assert rom_name("ALE/MontezumaRevenge-v5") == "montezuma_revenge"
-    assert rom_name("pong") == "pong"
-    assert rom_name("Other/Pong-v5") == "" and rom_name("x/y/breakout") == ""
-    # every game by the ids ale-py registers in gymnasium (UpNDown and TicTacToe3D defeat a CamelCase split)
-    gymnasium.register_envs(ale_py)
-    atari_ids = [env_id for env_id, spec in gymnasium.registry.items() if spec.entry_point == "ale_py.env:AtariEnv"]
-    assert len(atari_ids) > 300 and "ALE/TicTacToe3D-v5" in atari_ids and "UpNDownNoFrameskip-v4" in atari_ids
-    assert all(rom_name(env_id) in ale_py.roms.get_all_rom_ids() for env_id in atari_ids)
-    assert rom_name("ALE/TicTacToe3D-v5") == "tic_tac_toe_3d" and rom_name("up_n_down") == "up_n_down"
-    assert rom_name("Breakout-v" + "9" * 300) == ""  # a version number that long would overflow the run's name
-    # ROMs ALE cannot load for one player (it would end the process), and underscores that are no ROM's
-    assert [rom_name(env_id) for env_id in ["combat", "ALE/Warlords-v5", "JoustNoFrameskip-v4", "maze_craze"]] == [""] * 4
-    assert rom_name("P_o_n_g") == "" and rom_name("Pong" + "_" * 300) == ""
-    assert rom_name("Up_N_Down") == "up_n_down" and rom_name("upndown") == "up_n_down"
 
 
 def play_into_replay(capacity, steps, seed=0):
@@ -377,11 +356,6 @@ def test_capture_video_without_imageio_fails_at_once(in_tmp, monkeypatch, capsys
     assert not os.path.exists("runs")
 
 
-def test_a_new_run_never_overwrites_an_old_one(in_tmp):
-    first, second = plumbing.run.new_run_dir("same_name"), plumbing.run.new_run_dir("same_name")
-    assert first != second and os.path.isdir(first) and os.path.isdir(second)
-
-
 def hide_meminfo(monkeypatch):
     """/proc/meminfo gone, as on every system but Linux."""
     real_open = open
@@ -403,25 +377,6 @@ def test_trains_where_the_system_does_not_say_how_much_memory_is_free(in_tmp, mo
     scalars = read_scalars(dqn_atari.main(flags + ["--learn-steps-period", "1"]))
     assert scalars["charts/updates"][1][-1] == 300 - 100  # it learnt: one update a step
     assert np.isfinite(scalars["losses/td_loss"][1]).all() and len(scalars["losses/td_loss"][1]) == 2  # every 100 updates
-
-
-def test_free_memory_is_none_where_the_system_does_not_tell(monkeypatch):
-    """The same function in every script (test_long_runs.py checks it): Linux tells; macOS (a sysconf without
-    SC_AVPHYS_PAGES) and Windows (no os.sysconf) do not, and there the check is skipped instead of failing."""
-    assert plumbing.flags.available_memory_bytes() > 0  # Linux: /proc/meminfo
-    hide_meminfo(monkeypatch)
-    assert plumbing.flags.available_memory_bytes() > 0  # other Unixes: sysconf
-    real_sysconf = os.sysconf
-
-    def sysconf_of_macos(name):
-        if name == "SC_AVPHYS_PAGES":
-            raise ValueError("unrecognized configuration name")  # what os.sysconf says of a name it lacks
-        return real_sysconf(name)
-
-    monkeypatch.setattr(os, "sysconf", sysconf_of_macos)
-    assert plumbing.flags.available_memory_bytes() is None
-    monkeypatch.delattr(os, "sysconf")  # as on Windows
-    assert plumbing.flags.available_memory_bytes() is None
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(in_tmp):

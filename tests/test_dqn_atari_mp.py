@@ -27,6 +27,7 @@ from conftest import (
 import dqn_atari_mp
 import plumbing.checkpoints
 import plumbing.run
+import plumbing.workers
 
 SMALL = [
     "--total-timesteps",
@@ -293,7 +294,7 @@ def test_stop_workers_kills_and_reaps_a_worker_that_does_not_stop(monkeypatch):
     for process in stubborn:
         process.start()
     stop, started = context.RawValue("b", 0), time.time()
-    dqn_atari_mp.stop_workers([], stubborn, stop)
+    plumbing.workers.stop_workers([], stubborn, stop)
     assert stop.value and time.time() - started < 5
     time.sleep(0.5)  # time for a kill not waited for to land: its process would be a zombie by now
     for process in stubborn:
@@ -320,12 +321,12 @@ def test_every_stored_row_is_as_likely_whatever_the_workers_pace():
 
 def test_a_dead_worker_is_named_with_how_it_died():
     alive, dead = types.SimpleNamespace(exitcode=None, pid=11), types.SimpleNamespace(exitcode=-signal.SIGKILL, pid=12)
-    assert dqn_atari_mp.dead_worker([alive, alive]) is None
-    assert dqn_atari_mp.dead_worker([alive, dead]) == "worker 1 (pid 12) died: killed by SIGKILL"
+    assert plumbing.workers.dead_worker([alive, alive]) is None
+    assert plumbing.workers.dead_worker([alive, dead]) == "worker 1 (pid 12) died: killed by SIGKILL"
     dead.exitcode = -(signal.SIGRTMIN + 6)  # a real-time signal has no name
-    assert dqn_atari_mp.dead_worker([alive, dead]) == f"worker 1 (pid 12) died: killed by signal {signal.SIGRTMIN + 6}"
+    assert plumbing.workers.dead_worker([alive, dead]) == f"worker 1 (pid 12) died: killed by signal {signal.SIGRTMIN + 6}"
     dead.exitcode = 1
-    assert dqn_atari_mp.dead_worker([dead, alive]) == "worker 0 (pid 12) died: exit code 1"
+    assert plumbing.workers.dead_worker([dead, alive]) == "worker 0 (pid 12) died: exit code 1"
 
 
 def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, monkeypatch):

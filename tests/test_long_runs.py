@@ -365,16 +365,6 @@ def test_eval_model_refused_on_the_command_line(stopped, tmp_path):
 
 
 # ---------------------------------------------------------------- time left
-def test_time_left_by_hand():
-    time_left = plumbing.run.time_left
-    assert time_left(98 * 60 * 150, 150) == "1h38m"  # 5,880 s
-    assert time_left(5_879, 1) == "1h37m"  # 1 h 37 min 59 s: rounded down, never up
-    assert time_left(10_000_000 - 81_312, 150) == "18h22m"  # the run in the issue: 66,125 s
-    assert time_left(59, 1) == "0h00m"
-    assert time_left(0, 2_688) == "0h00m"
-    assert time_left(-32, 150) == "0h00m"  # a vector step may pass the budget
-    assert time_left(360_000 * 100, 100) == "100h00m"
-    assert time_left(1000, 0) == time_left(1000, 0.0) == "?"  # no step yet made (a launch step, say)
 
 
 # ---------------------------------------------------------------- input every script refuses

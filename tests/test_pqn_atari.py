@@ -97,8 +97,8 @@ def test_q_lambda_limits_are_the_td_target_and_the_monte_carlo_return():
 def test_epsilon_greedy_explores_at_the_rate_asked():
     rng = np.random.default_rng(0)
     q_values = torch.tensor([0.0, 0.0, 1.0, 0.0]).repeat(10_000, 1)  # action 2 is greedy
-    assert (pqn_atari.epsilon_greedy(q_values, 0.0, rng) == 2).all()
-    actions = pqn_atari.epsilon_greedy(q_values, 0.4, rng)
+    assert (pqn_atari.epsilon_greedy_from_q_values(q_values, 0.0, rng) == 2).all()
+    actions = pqn_atari.epsilon_greedy_from_q_values(q_values, 0.4, rng)
     assert actions.dtype == torch.int64 and actions.shape == (10_000,)  # as the rollout stores them
     # 60% greedy, and a random quarter of the other 40%: 70% action 2, 10% each other action
     assert abs((actions == 2).float().mean() - 0.7) < 0.02 and abs((actions == 0).float().mean() - 0.1) < 0.02
@@ -150,7 +150,7 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
     networks, frames = record_networks(monkeypatch, pqn_atari, "QNetwork")
     actions, q_lambda_calls = [], []
 
-    def recorded_epsilon_greedy(*args, real=pqn_atari.epsilon_greedy):
+    def recorded_epsilon_greedy(*args, real=pqn_atari.epsilon_greedy_from_q_values):
         actions.append(real(*args))
         return actions[-1]
 
@@ -160,7 +160,7 @@ def test_one_update_matches_a_hand_computation(in_tmp, monkeypatch):
         q_lambda_calls.append((len(frames), copies, returns))
         return returns
 
-    monkeypatch.setattr(pqn_atari, "epsilon_greedy", recorded_epsilon_greedy)
+    monkeypatch.setattr(pqn_atari, "epsilon_greedy_from_q_values", recorded_epsilon_greedy)
     monkeypatch.setattr(pqn_atari, "q_lambda_returns", recorded_q_lambda_returns)
     lr, max_norm = 1.0, 1.0  # large, so that the weights' change stands far above float32's rounding
     flags = ["--total-timesteps", "20", "--envs-count", "2", "--rollout-length", "8", "--num-minibatches", "1"]
