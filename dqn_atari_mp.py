@@ -321,7 +321,7 @@ def worker(index, args, acting_network, shared_step, stop, pipe):
         rewards, dones, ended = games.recv()
         batch.append((obs[0, -1], actions[0], rewards[0], dones[0], agent_acted[0], firsts[0]))
         finished += ended
-        if len(batch) == SEND_BATCH:  # PLUMBING: the batch and the games it finished, to the learner
+        if len(batch) == SEND_BATCH:  # the batch and the games it finished, to the learner
             message, batch, finished = (index, *map(np.array, zip(*batch)), finished), [], []
             try:
                 pipe.send(message)  # returns once the learner has read most of it: we cannot run ahead

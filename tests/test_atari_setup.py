@@ -139,7 +139,7 @@ def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, on
     args = dqn_atari_mp.parse_args(["--buffer-size", "1000"])
     sigint = signal.getsignal(signal.SIGINT)
     try:
-        dqn_atari_mp.worker(0, args, None, Pipe(), SimpleNamespace(value=0), stop)
+        dqn_atari_mp.worker(0, args, None, SimpleNamespace(value=0), stop, Pipe())
     finally:
         signal.signal(signal.SIGINT, sigint)
     lengths = np.array([length for m in messages for _, length in m[7]])  # the games each batch finished
@@ -162,7 +162,7 @@ def test_mp_workers_explore_at_the_learners_step(learner_step, epsilon, monkeypa
     sigint = signal.getsignal(signal.SIGINT)
     try:
         dqn_atari_mp.worker(
-            1, args, None, SimpleNamespace(send=lambda message: None), SimpleNamespace(value=learner_step), stop
+            1, args, None, SimpleNamespace(value=learner_step), stop, SimpleNamespace(send=lambda message: None)
         )
     finally:
         signal.signal(signal.SIGINT, sigint)
