@@ -58,10 +58,8 @@ def parse_args(argv=None):
     p.add_argument("--ent-coef", type=non_negative_float, default=0.01, help="weight of the entropy bonus")
     p.add_argument("--vf-coef", type=non_negative_float, default=0.5, help="weight of the critic's loss")
     p.add_argument("--max-grad-norm", type=positive_float, default=0.5, help="gradients are clipped to this norm")
-    plumbing.add_run_flags(
-        p, SCRIPT, eval_epsilon=0.0
-    )  # --seed, --save-model, --resume...: the run's flags, the same in every script
-    # (--eval-epsilon 0: the policy samples its own actions, as CleanRL's PPO evaluation plays)
+    # --eval-epsilon 0: the policy samples its own actions, as CleanRL's PPO evaluation plays
+    plumbing.add_run_flags(p, SCRIPT, eval_epsilon=0.0)  # --seed, --save-model, --resume...: the run's flags
     args = plumbing.parse_run(p, argv, SCRIPT)  # with --resume: the run's own flags, from its checkpoint
     check_args(p, args)
     return args
@@ -71,9 +69,8 @@ def check_args(p, args):
     """What a flag's type cannot check alone, before any long work: the rollout must fit and give minibatches."""
     plumbing.check_games_memory(p, args)  # the --envs-count emulators fit in memory
     needed = args.rollout_length * args.envs_count * A2C_BYTES_PER_TRANSITION
-    plumbing.check_memory(
-        p, args, "--rollout-length", needed, f"the losses of {args.rollout_length:,} steps of {args.envs_count:,} games"
-    )
+    what = f"the losses of {args.rollout_length:,} steps of {args.envs_count:,} games"
+    plumbing.check_memory(p, args, "--rollout-length", needed, what)
 
 
 # ---------------------------------------------------------------- the games (environment)

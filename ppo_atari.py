@@ -63,10 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--vf-coef", type=non_negative_float, default=0.5, help="weight of the critic's loss")
     p.add_argument("--max-grad-norm", type=positive_float, default=0.5, help="gradients are clipped to this norm")
     p.add_argument("--target-kl", type=positive_float, default=None, help="end the update's epochs once its KL passes this")
-    plumbing.add_run_flags(
-        p, SCRIPT, eval_epsilon=0.0
-    )  # --seed, --save-model, --resume...: the run's flags, the same in every script
-    # (--eval-epsilon 0: the policy samples its own actions, as CleanRL's PPO evaluation plays)
+    # --eval-epsilon 0: the policy samples its own actions, as CleanRL's PPO evaluation plays
+    plumbing.add_run_flags(p, SCRIPT, eval_epsilon=0.0)  # --seed, --save-model, --resume...: the run's flags
     args = plumbing.parse_run(p, argv, SCRIPT)  # with --resume: the run's own flags, from its checkpoint
     check_args(p, args)
     return args
@@ -76,7 +74,8 @@ def check_args(p, args):
     """What a flag's type cannot check alone, before any long work: the rollout must fit and give minibatches."""
     plumbing.check_games_memory(p, args)  # the --envs-count emulators fit in memory
     needed = args.rollout_length * args.envs_count * STACK * FRAME_SHAPE[0] * FRAME_SHAPE[1]
-    plumbing.check_memory(p, args, "--rollout-length", needed, f"{args.rollout_length:,} steps of {args.envs_count:,} games")
+    what = f"{args.rollout_length:,} steps of {args.envs_count:,} games"
+    plumbing.check_memory(p, args, "--rollout-length", needed, what)
     if args.rollout_length < 4:
         p.error("argument --rollout-length: must be at least 4 (a game starts with 3 steps played for the agent)")
     # Usually at most 3 steps in a row are played for the agent (a reset, FIRE, 2; more where a life or the game

@@ -59,7 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--start-e", type=probability, default=1.0, help="epsilon at the start of the run")
     p.add_argument("--end-e", type=probability, default=0.01, help="epsilon at the end of the exploration")
     p.add_argument("--exploration-fraction", type=probability, default=0.10, help="share of the run over which epsilon falls")
-    plumbing.add_run_flags(p, SCRIPT)  # --seed, --save-model, --resume...: the run's flags, the same in every script
+    plumbing.add_run_flags(p, SCRIPT)  # --seed, --save-model, --resume...: the run's flags
     args = plumbing.parse_run(p, argv, SCRIPT)  # with --resume: the run's own flags, from its checkpoint
     if args.eval_epsilon is None:  # as CleanRL's DQN evaluates: at the epsilon its exploration ends with
         args.eval_epsilon = args.end_e
@@ -71,7 +71,8 @@ def check_args(p, args):
     """What a flag's type cannot check alone, before any long work: the rollout must fit and give minibatches."""
     plumbing.check_games_memory(p, args)  # the --envs-count emulators fit in memory
     needed = args.rollout_length * args.envs_count * STACK * FRAME_SHAPE[0] * FRAME_SHAPE[1]
-    plumbing.check_memory(p, args, "--rollout-length", needed, f"{args.rollout_length:,} steps of {args.envs_count:,} games")
+    what = f"{args.rollout_length:,} steps of {args.envs_count:,} games"
+    plumbing.check_memory(p, args, "--rollout-length", needed, what)
     if args.rollout_length < 4:
         p.error("argument --rollout-length: must be at least 4 (a game starts with 3 steps played for the agent)")
     # Usually at most 3 steps in a row are played for the agent (a reset, FIRE, 2; more where a life or the game

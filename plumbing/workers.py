@@ -12,18 +12,14 @@ from plumbing.run import STOP_SIGNALS
 
 
 def start_workers(context, worker, count, *shared):
-    """`count` processes of `context` (spawn: fork is unsafe with torch's threads and with CUDA), each running
-    worker(index, *shared, pipe), pipe the write end of its own pipe; returns the read ends, the learner's, and
-    the processes.
+    """`count` processes of `context` (spawn: fork is unsafe with torch's threads and CUDA), each running
+    worker(index, *shared, pipe); returns the pipes' read ends, the learner's, and the processes.
 
-    One pipe per worker, its write end the worker's only: if the worker dies, even halfway through a message, the
-    learner reads an end (EOFError), not wait forever as on a queue shared by all. The other way round, the read
-    end is the learner's only (spawn gives a worker its own write end and nothing else): if the learner dies, a
-    worker's next send fails and the worker ends. Ctrl-C and a closed terminal (both sent to every process in the
-    terminal's group) are blocked while the workers start: a worker keeps them blocked for good (a signal mask
-    survives exec), so they never reach it, even as it imports torch; the learner stops it as its main loop ends,
-    before it saves the run. In the learner they wait until it unblocks them: none is lost. (Windows has no
-    signal masks: there the worker ignores SIGINT itself.)"""
+    A pipe a worker: if it dies, even halfway through a message, the learner reads an end (EOFError), not wait
+    forever as on a queue shared by all; if the learner dies, the worker's next send fails and it ends. Ctrl-C
+    and a closed terminal (sent to every process of the terminal) are blocked while the workers start: a worker
+    keeps them blocked for good (a signal mask survives exec), the learner stops it before it saves the run; in
+    the learner they wait till it unblocks them: none is lost. (Windows has no masks: a worker ignores SIGINT.)"""
     terminal_signals = [signum for signum in STOP_SIGNALS if signum != signal.SIGTERM]
     can_block = hasattr(signal, "pthread_sigmask")
     if can_block:

@@ -69,7 +69,7 @@ def parser_of(script, monkeypatch):
 
 def test_every_command_in_the_docs_names_a_script_here_and_its_flags_parse(monkeypatch, capsys):
     commands = [(doc, script, flags) for doc, script, flags in doc_commands() if script != "pqn_atari_envpool.py"]
-    assert len(commands) > 80  # README.md alone gives a dozen, docs/ and the docstrings the rest: the reading found them
+    assert len(commands) > 80  # README.md gives a few, docs/ and the docstrings the rest: the reading found them
     parsers, refused = {}, []
     for doc, script, flags in commands:
         after_runs = flags[flags.index("--runs") + 1 :] if "--runs" in flags else []
