@@ -844,7 +844,8 @@ def test_ppo_speed_sets_pqn_against_its_network_passes_and_the_emulator():
     )
     bound, rate, ratio, with_emulator, ratio_with_emulator = (float(g.replace(",", "")) for g in found.groups())
     assert 0 < with_emulator < bound and rate > 0  # the emulator's time only adds to the bound's
-    assert ratio == pytest.approx(100 * rate / bound, abs=0.6) and ratio < ratio_with_emulator
+    rounding = 100 * rate / bound * (0.5 / rate + 0.5 / bound) + 0.05  # the rates are printed to the step/s, the ratio to 0.1%
+    assert ratio == pytest.approx(100 * rate / bound, abs=rounding) and ratio < ratio_with_emulator
 
 
 def refused(main, argv, capsys):
