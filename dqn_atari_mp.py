@@ -360,11 +360,11 @@ def main(argv=None):
     acting_network.load_state_dict(q_network.state_dict())
     # Raw shared memory, no lock: a process killed while it held a lock (kill -9, the OOM killer) would leave it
     # taken for good. Each value has one writer, the learner; a worker reads the old value or the new one.
-    context = mp.get_context("spawn")
+    context = mp.get_context("spawn")  # fork is unsafe with torch's threads and with CUDA
     shared_step, stop = context.RawValue("q", global_step), context.RawValue("b", 0)  # a resumed run's step: its epsilon
     pipes, workers = start_workers(context, worker, args.workers_count, args, acting_network, shared_step, stop)
     ready = collections.deque()  # pipes with a message waiting, served in turn so that every worker gets its say
-    failure = None
+    failure = None  # how a worker died, once one has: the run ends with it (exit status 1)
 
     # The learner: one worker's batch of transitions at a time, until done, Ctrl-C, or a worker died
     while global_step < args.total_timesteps and not run.stopped and failure is None:
