@@ -8,12 +8,9 @@ the batches hold `--rollout-length` steps, their means make one gradient step an
 again empty. As in A2C practice, an entropy bonus (`--ent-coef`) keeps the policy from settling too
 early and gradient-norm clipping (`--max-grad-norm`) keeps one bad batch from wrecking the network.
 
-Actor and critic share one Nature CNN with two heads (action logits and V(s)) instead of being two
-networks. On a CPU the CNN is where the time goes, and one trunk halves it; the critic's training
-also gives the actor better features from the pixels. With shared weights, the actor's step and the
-critic's step become one step on the sum of their losses, the critic's weighted by `--vf-coef` (for
-two separate networks, one Adam over both would move each exactly as two Adams do, but for the
-gradient clipping, which here takes one norm over both).
+Actor and critic share one Nature CNN with two heads (action logits and V(s)): on a CPU the CNN is
+where the time goes, and one trunk halves it; the critic's training also gives the actor features.
+So their two steps are one step on the sum of their losses, the critic's weighted by `--vf-coef`.
 
 The games are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv, in the
 standard DeepMind setup that `AtariGames` keeps: learning sees rewards clipped to their sign and a
@@ -250,9 +247,12 @@ def main(argv=None):
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.returns.append(score)
             run.show(global_step, updates)
-            if global_step >= args.total_timesteps or run.stopped:
+            rollout_cut_short = len(actor_losses) < args.rollout_length and (
+                global_step >= args.total_timesteps or run.stopped
+            )
+            if rollout_cut_short:  # by the run's end or a stop: it is not learnt from
                 break
-        if len(actor_losses) < args.rollout_length:  # cut short by the run's end or a stop: not learnt from
+        if rollout_cut_short:
             break
 
         # ALGO LOGIC: phase 2, the update: the batches' means make one gradient step, then they start again empty

@@ -25,9 +25,11 @@ dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.p
 """
 
 import collections
+import multiprocessing.connection
 import os
 import random
 import signal
+import time
 
 import numpy as np
 import torch
@@ -39,7 +41,6 @@ from ale_py.vector_env import AtariVectorEnv
 
 import plumbing  # the run's flags, directory, logs, checkpoints and --resume: nothing in it changes what is learnt
 from plumbing import non_negative_int, positive_float, positive_int, probability
-from plumbing.workers import dead_worker, messages_waiting, start_workers, stop_workers
 
 SCRIPT = os.path.basename(__file__)  # saved with the model and checkpoints: only this script's network loads them
 FRAME_SHAPE = (84, 84)
@@ -329,6 +330,38 @@ def worker(index, args, acting_network, shared_step, stop, pipe):
                 return
 
 
+def messages_waiting(pipes):
+    """The pipes with a message to read, after up to 1 s."""
+    try:
+        return multiprocessing.connection.wait(pipes, timeout=1.0)
+    except InterruptedError:  # Windows: Ctrl-C breaks the wait (after the stop signal's handler ran); Unix retries it
+        return []
+
+
+def dead_worker(workers):
+    """Which worker has died and how, else None: a worker exits when told to, on an exception, or killed."""
+    for index, process in enumerate(workers):
+        if process.exitcode is not None:
+            code = process.exitcode
+            names = {number.value: number.name for number in signal.Signals}  # a real-time signal has none
+            how = f"killed by {names.get(-code, f'signal {-code}')}" if code < 0 else f"exit code {code}"
+            return f"worker {index} (pid {process.pid}) died: {how}"
+
+
+def stop_workers(pipes, workers, stop):
+    """Every worker ended and reaped (no zombie left while the evaluation runs), within 2 s."""
+    stop.value = 1
+    for pipe in pipes:
+        pipe.close()  # a worker waiting to send gets BrokenPipeError and exits
+    # A worker that plays sees the flag within a step; one still starting (importing torch) cannot
+    # look before it plays, and nothing is lost by killing it.
+    deadline = time.time() + 2
+    for process in workers:
+        process.join(timeout=max(deadline - time.time(), 0))
+        process.kill()  # no-op for a worker that has exited
+        process.join()
+
+
 # ---------------------------------------------------------------- main
 def main(argv=None):
     args = parse_args(argv)
@@ -362,7 +395,7 @@ def main(argv=None):
     # taken for good. Each value has one writer, the learner; a worker reads the old value or the new one.
     context = mp.get_context("spawn")  # fork is unsafe with torch's threads and with CUDA
     shared_step, stop = context.RawValue("q", global_step), context.RawValue("b", 0)  # a resumed run's step: its epsilon
-    pipes, workers = start_workers(context, worker, args.workers_count, args, acting_network, shared_step, stop)
+    pipes, workers = plumbing.start_workers(context, worker, args.workers_count, args, acting_network, shared_step, stop)
     ready = collections.deque()  # pipes with a message waiting, served in turn so that every worker gets its say
     failure = None  # how a worker died, once one has: the run ends with it (exit status 1)
 

@@ -15,8 +15,8 @@ The defaults are CleanRL's; its published results after 10M steps: Breakout 415 
 The games are `--envs-count` Atari games stepped together by ale-py's AtariVectorEnv, in the
 standard DeepMind setup that `AtariGames` keeps: learning sees rewards clipped to their sign and a
 lost life as an episode's end, while `charts/episodic_return` is the whole game's real score. The
-steps it plays for the agent (a reset, a launch, FIRE after a lost life) stop that backward pass
-and add no loss.
+steps it plays for the agent (a reset, a launch, FIRE after a lost life) add no loss.
+They also stop that backward pass.
 
 Diff it against: a2c_batched.py (one gradient step per rollout on the one-step TD advantage).
 

@@ -92,12 +92,9 @@ def main(argv=None):
         q_network(torch.zeros(32, 4, 84, 84, dtype=torch.uint8)).sum().backward()
         optimizer.step()  # Adam's state exists, as in a run that learns
         replay = dqn_atari.ReplayMemory(args.buffer_size, 1)
-        progress = plumbing.run.Progress(writer, 10**9)
         rng = np.random.default_rng(0)
         replay_files = plumbing.checkpoints.ReplayFiles(replay, run_dir)
-        checkpoints = plumbing.run.Checkpoints(
-            flags, "dqn_atari.py", run_dir, 4, progress, q_network, optimizer, target_network, rng, replay_files
-        )
+        checkpoints = plumbing.run.Checkpoints(run, 4, q_network, optimizer, target_network, rng, replay_files)
         parts = timed(replay_files, plumbing.checkpoints)
         frames = rng.integers(0, 256, size=(4096, 1, 84, 84), dtype=np.uint8)  # what is written: noise, as incompressible
         flag = np.zeros(1, dtype=bool)
@@ -135,7 +132,7 @@ def main(argv=None):
         on_disk = sum(e.stat().st_size for e in os.scandir(replay_dir)) if os.path.isdir(replay_dir) else 0
         peak_unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in bytes on macOS, in KiB on Linux
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * peak_unit
-        replay_bytes = sum(field.nbytes for field in replay_files.fields())
+        replay_bytes = sum(field.nbytes for field in replay_files.fields)
         print(
             f"\n{args.buffer_size:,} transitions at {args.rate:,.0f} steps/s: checkpoint pauses "
             f"{', '.join(f'{t:.2f}' for t in measured)} s (longest {max(measured):.2f} s); the longest other step "

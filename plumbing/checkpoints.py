@@ -1,7 +1,6 @@
-"""Checkpoints for --resume, the replay memory's files, and the saved model.
-
-Nothing here changes what is learnt: a checkpoint holds what the script handed over (networks,
-optimizer, random streams, the replay) and gives it back bit for bit."""
+"""Checkpoints for --resume, the replay memory's files, the saved model. Nothing here changes what is
+learnt: a checkpoint holds what the script handed over (networks, optimizer, random streams, replay)
+and gives it back bit for bit."""
 
 import collections
 import os
@@ -13,7 +12,7 @@ import numpy as np
 import torch
 
 from plumbing import flags
-from plumbing.flags import CHECKPOINT
+from plumbing.flags import CHANGEABLE, CHECKPOINT
 
 FORMAT = 2  # a checkpoint of an earlier version of the scripts (none, or another number) is refused, not misread
 
@@ -45,10 +44,8 @@ def sync_dir(path):
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # Windows opens no directory: there, the rename is as durable as the system makes it
         return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    os.fsync(fd)
+    os.close(fd)
 
 
 def read_checkpoint(run_dir):
@@ -63,21 +60,17 @@ def read_checkpoint(run_dir):
 
 
 class Checkpoints:
-    """RUN_DIR/checkpoint.pt, all that --resume needs, written every --save-every steps, when the run
-    stops and at its end; with --save-model the network alone too, as NAME.pt (for --eval-model; a
-    finished run that goes on keeps it and writes NAME_2.pt).
+    """RUN_DIR/checkpoint.pt, all --resume needs, written every --save-every steps, on a stop and at the end;
+    with --save-model the network alone too, NAME.pt (a finished run that goes on keeps it, writes NAME_2.pt).
+    It holds the networks, the optimizer, numpy's Generator, the global random streams (numpy's, torch's,
+    python's), the step and update counts, the last 100 scores, the flags and the replay's files' names:
+    only what torch.load(weights_only=True) reads."""
 
-    It holds the network, the optimizer and, where the script has them, the target network and numpy's
-    Generator; numpy's, torch's and python's global random streams; the step and update counts; the
-    last 100 games' scores; the flags (args, whole); and the names of the replay's files (ReplayFiles, in
-    the DQN scripts). Only tensors, numbers, strings, lists, tuples, dicts and None: what
-    torch.load(weights_only=True) reads."""
-
-    def __init__(self, args, script, run_dir, actions_count, progress, network, optimizer, target_network, rng, replay):
-        self.args, self.script, self.run_dir, self.actions_count = args, script, run_dir, actions_count
-        self.progress, self.network, self.optimizer, self.target_network = progress, network, optimizer, target_network
-        self.rng, self.replay = rng, replay  # None where the script has none
-        self.path, self.model_path = os.path.join(run_dir, CHECKPOINT), os.path.join(run_dir, f"{args.exp_name}.pt")
+    def __init__(self, run, actions_count, network, optimizer, target_network, rng, replay):
+        self.run, self.args, self.script, self.run_dir, self.actions_count = run, run.args, run.script, run.dir, actions_count
+        self.network, self.optimizer, self.target_network, self.rng = network, optimizer, target_network, rng
+        self.replay = replay  # (the target network, the Generator and the replay: None where the script has none)
+        self.path, self.model_path = os.path.join(run.dir, CHECKPOINT), os.path.join(run.dir, f"{run.args.exp_name}.pt")
         self.saved_step = 0
 
     def save_every(self, step, updates):
@@ -87,41 +80,26 @@ class Checkpoints:
             self.save(step, updates)
 
     def save(self, step, updates, finished=False):
-        from plumbing.run import stop_if_diverged
-
         weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf if any is
-        stop_if_diverged(weights, step, self.run_dir, self.progress.writer, self.args)  # --resume would diverge again
+        self.run.stop_if_diverged(weights, step)  # --resume would diverge again
         model = {"script": self.script, "env_id": self.args.env_id, "actions_count": int(self.actions_count)}
         model["state_dict"] = self.network.state_dict()
-        checkpoint = {
-            "script": self.script,
-            "format": FORMAT,
-            "args": vars(self.args),
-            "global_step": step,
-            "updates": updates,
-        }
+        checkpoint = dict(script=self.script, format=FORMAT, args=vars(self.args), global_step=step, updates=updates)
         if finished and not self.args.keep_checkpoint:  # the run's end: only what tells --resume that it has finished
-            checkpoint |= {"finished": True, "resumable": False, "replay": None, "files": []}
-        else:
-            numpy_state, replay = np.random.get_state(), self.replay
-            checkpoint |= (
-                model
-                | {  # a model too: --eval-model plays it
-                    "model_file": os.path.basename(self.model_path),  # where --save-model writes: NAME.pt, or NAME_2.pt...
-                    "finished": finished,
-                    "resumable": True,
-                    "optimizer": self.optimizer.state_dict(),
-                    "target_network": None if self.target_network is None else self.target_network.state_dict(),
-                    "generator": None if self.rng is None else self.rng.bit_generator.state,
-                    "numpy_random": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]],
-                    "torch_random": torch.get_rng_state(),
-                    "cuda_random": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],  # a CUDA run's only
-                    "python_random": random.getstate(),
-                    "returns": [float(score) for score in self.progress.returns],
-                    "replay": None if replay is None else replay.save(),  # the names of its files, written as it fills
-                    "files": [] if replay is None else replay.files(),  # (path, size): checked before a resume starts
-                }
-            )
+            checkpoint |= dict(finished=True, resumable=False, replay=None, files=[])
+        else:  # a model too (--eval-model plays it), and where --save-model writes: NAME.pt, or NAME_2.pt...
+            checkpoint |= model | dict(model_file=os.path.basename(self.model_path), finished=finished, resumable=True)
+            numpy_state, replay, target_network, rng = np.random.get_state(), self.replay, self.target_network, self.rng
+            checkpoint["optimizer"] = self.optimizer.state_dict()
+            checkpoint["target_network"] = None if target_network is None else target_network.state_dict()
+            checkpoint["generator"] = None if rng is None else rng.bit_generator.state
+            checkpoint["numpy_random"] = [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)), *numpy_state[2:]]
+            checkpoint["torch_random"] = torch.get_rng_state()
+            checkpoint["cuda_random"] = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []  # CUDA's only
+            checkpoint["python_random"] = random.getstate()
+            checkpoint["returns"] = [float(score) for score in self.run.returns]
+            checkpoint["replay"] = None if replay is None else replay.save()  # its files' names, written as it fills
+            checkpoint["files"] = [] if replay is None else replay.files()  # (path, size): checked before a resume starts
         if self.args.save_model:  # first: a kill between the two leaves the last checkpoint to go on from;
             save_atomically(model, self.model_path)  # the other way round, at the end, a finished run without its model
         save_atomically(plain(checkpoint), self.path)
@@ -131,8 +109,6 @@ class Checkpoints:
 
     def restore(self, checkpoint):
         """--resume: everything as the checkpoint saved it, bit for bit; the step and update counts."""
-        from plumbing.flags import CHANGEABLE
-
         if checkpoint is None:
             return 0, 0
         self.network.load_state_dict(checkpoint["state_dict"])
@@ -154,7 +130,7 @@ class Checkpoints:
             self.model_path = os.path.join(self.run_dir, f"{self.args.exp_name}_{ends}.pt")
         if self.replay is not None:
             self.replay.load(checkpoint["replay"])
-        self.progress.go_on_from(step, checkpoint["returns"])
+        self.run.returns.extend(checkpoint["returns"])  # the mean return goes on over the same last 100 games
         self.saved_step = step
         changed = [
             f", --{k.replace('_', '-')} {v} (was {saved_args[k]})"
@@ -186,9 +162,8 @@ def check_replay(p, args, others_bytes=0):
             f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
             f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}"
         )
-    # Each checkpoint writes the replay's rows since the last into a file of their own (one a column whose rows
-    # come at their own pace), and every checkpoint goes over all the ring's files: more than 1,000 would slow the
-    # run, more as the ring fills
+    # Each checkpoint writes the rows since the last into a file (one a column where they come at each column's pace)
+    # and goes over all the ring's files: more than 1,000 would slow the run, more as the ring fills
     if args.save_every * 1000 < args.buffer_size:
         p.error(f"argument --save-every: must be at least --buffer-size / 1,000 = {-(-args.buffer_size // 1000):,}")
     # On disk, for --resume (ReplayFiles): the ring's files, those of the rows since the last checkpoint
@@ -217,15 +192,12 @@ def write_rows(path, arrays):
 
 
 class ReplayFiles:
-    """The replay memory on disk, for --resume, never written whole (1M transitions are 7 GB).
-
-    Its new rows go into files under RUN_DIR/replay as they come: consecutive ring rows, up to
-    CHUNK_TRANSITIONS transitions and a quarter of the ring a file, written in a background thread and
-    never modified after. A checkpoint writes only the rows since the last file and names the files that
-    hold the ring at that moment: a resumed run rebuilds the ring from them alone, never with a row
-    written after. A file whose rows have all been overwritten since is deleted once a checkpoint that
-    does not name it is on disk. A ring with one position (replay.pos a number) fills all its columns at
-    once; one with a position for each column (dqn_atari_mp.py's, a worker each) has files for each column."""
+    """The replay memory on disk for --resume, never written whole (1M transitions are 7 GB). New rows go
+    into files under RUN_DIR/replay as they come (up to CHUNK_TRANSITIONS and a quarter of the ring a file,
+    written in a background thread, never modified); a checkpoint writes the rows since the last file and
+    names the files that hold the ring then, from which alone --resume rebuilds it. A file all overwritten
+    goes once a checkpoint that does not name it is on disk. A ring with one position (replay.pos a number)
+    fills its columns at once; one with a position per column (dqn_atari_mp.py's: a worker each), files per column."""
 
     def __init__(self, replay, run_dir, batch_rows=1):
         self.replay, self.run_dir = replay, run_dir
@@ -241,10 +213,7 @@ class ReplayFiles:
         self.named, self.retired = set(), []  # named by the last checkpoint; of those, the ones the next will not name
         self.count = 0  # files written: the next one's number
         self.thread, self.writing = ThreadPoolExecutor(max_workers=1), None  # writing the newest file
-
-    def fields(self):
-        r = self.replay
-        return r.frames, r.actions, r.rewards, r.dones, r.agent_acted, r.firsts
+        self.fields = replay.frames, replay.actions, replay.rewards, replay.dones, replay.agent_acted, replay.firsts
 
     def position(self, part):
         """The part's ring position and whether it is full."""
@@ -270,7 +239,7 @@ class ReplayFiles:
         while rows > 0:
             count = min(rows, ring - first)
             path = f"replay/{self.count:06d}.npy"  # "/" on every system: a run made on one resumes on another
-            arrays = [field[first : first + count, self.parts[part]] for field in self.fields()]
+            arrays = [field[first : first + count, self.parts[part]] for field in self.fields]
             if in_background:
                 self.writing = self.thread.submit(write_rows, os.path.join(self.run_dir, path), arrays)
             else:
@@ -309,7 +278,7 @@ class ReplayFiles:
         for part, chunks in enumerate(state["chunks"]):
             for path, first, count in chunks:
                 with open(os.path.join(self.run_dir, path), "rb") as f:
-                    for field in self.fields():
+                    for field in self.fields:
                         field[first : first + count, self.parts[part]] = np.load(f, allow_pickle=False)
         if self.each_column:
             self.replay.pos[:], self.replay.full[:] = state["pos"], state["full"]

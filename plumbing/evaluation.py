@@ -1,45 +1,13 @@
-"""Watching a saved model: checking it, playing its evaluation games (the script's `evaluate`), filming them.
-
+"""Watching a saved model: playing its evaluation games (the script's `evaluate`), logging and filming them.
 Nothing here changes what is learnt: the evaluation runs after training, or instead of it."""
 
 import os
 import signal
 
 import numpy as np
-import torch
 from ale_py.vector_env import AtariVectorEnv
 
 from plumbing.flags import rom_name
-
-
-def model_error(path, env_id, script):
-    """Why SCRIPT cannot play env_id with the model saved at path; None when it can. The model is a dict
-    of tensors, strings and ints: weights_only loads it without running code from the file. (A model of
-    the same game has the same actions: every script plays ALE's minimal action set.)"""
-    try:
-        model = torch.load(path, map_location="cpu", weights_only=True)
-    except OSError as error:
-        return f"cannot read {path}: {error.strerror}"
-    except Exception:  # not a file torch.save wrote, or one holding more than tensors, strings and numbers
-        model = None
-    if not isinstance(model, dict) or "script" not in model:
-        return f"{path} is not a model saved by {script} --save-model"
-    if model["script"] != script:
-        return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
-    if "state_dict" not in model:  # the checkpoint.pt a finished run leaves: only what tells --resume that it ended
-        return f"{path} is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it"
-    if rom_name(model["env_id"]) != rom_name(env_id):
-        return f"{path} plays {model['env_id']}, not {env_id}: add --env-id {model['env_id']}"
-    return None
-
-
-def watch_saved_model(network_class, evaluate, args, run_dir, writer, device):
-    """--eval-model: load a model this script saved (model_error has checked it) and evaluate it."""
-    model = torch.load(args.eval_model, map_location=device, weights_only=True)
-    network = network_class(model["actions_count"]).to(device)
-    network.load_state_dict(model["state_dict"])
-    print(f"{run_dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
-    evaluate_and_log(network, evaluate, args, run_dir, writer, device)
 
 
 def evaluate_and_log(network, evaluate, args, run_dir, writer, device, model_path=""):
@@ -72,21 +40,16 @@ def evaluate_and_log(network, evaluate, args, run_dir, writer, device, model_pat
             wandb.Video(os.path.join(video_dir, f"eval_game_{i}.mp4"), caption=f"return {r:g}") for i, r in enumerate(returns)
         ]
         wandb.log({f"videos/eval_game_{i}": video for i, video in enumerate(videos)})
-    print(
-        f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} "
-        f"(scores {', '.join(f'{r:g}' for r in returns)})",
-        flush=True,
-    )
+    scores = ", ".join(f"{r:g}" for r in returns)
+    print(f"evaluation over {len(returns)} games: mean return {np.mean(returns):.1f} (scores {scores})", flush=True)
 
 
 class VideoRecorder:
-    """--capture-video: stands in for the evaluation's emulator and films its games. Beside it runs a
-    second emulator, with the scripts' game, seed and settings (their make_env's) but the real screen
-    (210x160, in colour, the frame itself rather than a max over two), given the same actions.
-    AtariVectorEnv is deterministic given its seed without sticky actions, so both play the same game,
-    which every step checks. Each game, as it ends, is videos/eval_game_N.mp4 (the screen) and
-    eval_game_N_agent.mp4 (the agent's 84x84 view, 4x), at 15 frames a second: the emulator's 60, one
-    in four (frame skip). Used as `games.envs = VideoRecorder(games.envs, env_id, seed, video_dir, games.obs[0, -1])`."""
+    """--capture-video: stands in for the evaluation's emulator and films its games, with a second emulator
+    beside it of the same game, seed and settings (make_env's) but the real screen (210x160, colour, not a
+    max over two frames), given the same actions: deterministic without sticky actions, both play one game,
+    checked every step. Each game is videos/eval_game_N.mp4 (the screen) and eval_game_N_agent.mp4 (the 84x84
+    view, 4x), at 15 frames a second (60, frame skip 4). `games.envs = VideoRecorder(games.envs, ...)`."""
 
     def __init__(self, envs, env_id, seed, video_dir, first_view):
         self.envs, self.video_dir, self.games, self.writers = envs, video_dir, 0, None
@@ -112,14 +75,10 @@ class VideoRecorder:
 
     def recv(self):
         step = frames, rewards, terminations, truncations, infos = self.envs.recv()
-        screens, screen_rewards, screen_terminations, screen_truncations, screen_infos = self.screen.recv()
-        same = [
-            np.array_equal(rewards, screen_rewards),
-            np.array_equal(terminations, screen_terminations),
-            np.array_equal(truncations, screen_truncations),
-            *(np.array_equal(infos[key], screen_infos[key]) for key in ("lives", "episode_frame_number")),
-        ]
-        if not all(same):
+        screens, *screen_outcome, screen_infos = self.screen.recv()  # its rewards, terminations, truncations
+        same = all(map(np.array_equal, (rewards, terminations, truncations), screen_outcome))
+        same = same and all(np.array_equal(infos[key], screen_infos[key]) for key in ("lives", "episode_frame_number"))
+        if not same:
             raise RuntimeError(f"--capture-video: the filmed game is not the scored one (game {self.games})")
         self.record(screens[0, -1], frames[0, -1])
         if terminations[0] or truncations[0]:

@@ -1,8 +1,6 @@
-"""The run's flags: their types and checks, and --resume's flags read back from a checkpoint.
-
-Nothing here changes what is learnt: a script's algorithm flags are its own; these decide where a run
-is written, what it keeps and how it is watched, and refuse bad input (exit status 2, one line naming
-the flag and what it allows) before any long work starts."""
+"""The run's flags, their checks, and --resume's flags read back from a checkpoint. Nothing here changes what
+is learnt: these decide where a run is written, what it keeps, how it is watched, and refuse bad input (exit
+status 2, one line naming the flag and what it allows) before any long work starts."""
 
 import argparse
 import os
@@ -11,6 +9,7 @@ import shlex
 import shutil
 import sys
 
+import torch
 from ale_py import roms
 
 
@@ -19,12 +18,11 @@ def number_type(kind, is_allowed, allowed):
 
     def read(text):
         try:
-            value = kind(text)
+            if is_allowed(value := kind(text)):
+                return value
         except ValueError:  # 'ten', or '1e6' for an integer
-            value = None
-        if value is None or not is_allowed(value):
-            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
-        return value
+            pass
+        raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
 
     return read
 
@@ -66,6 +64,26 @@ def rom_name(env_id):
     return games.get(name, "") if namespace in ("", "ALE") else ""
 
 
+def model_error(path, env_id, script):
+    """Why SCRIPT cannot play env_id with the model at path (weights_only: no code from the file runs); None
+    when it can (a model of the same game has its actions: every script plays ALE's minimal action set)."""
+    try:
+        model = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror}"
+    except Exception:  # not a file torch.save wrote, or one holding more than tensors, strings and numbers
+        model = None
+    if not isinstance(model, dict) or "script" not in model:
+        return f"{path} is not a model saved by {script} --save-model"
+    if model["script"] != script:
+        return f"{path} was saved by {model['script']}: watch it with python {model['script']} --eval-model {path}"
+    if "state_dict" not in model:  # the checkpoint.pt a finished run leaves: only what tells --resume that it ended
+        return f"{path} is a finished run's checkpoint and holds no network: watch the model --save-model wrote beside it"
+    if rom_name(model["env_id"]) != rom_name(env_id):
+        return f"{path} plays {model['env_id']}, not {env_id}: add --env-id {model['env_id']}"
+    return None
+
+
 def available_memory_bytes():
     """Free memory in bytes, or None where the system does not tell (macOS, Windows): then nothing is checked."""
     try:  # Linux's MemAvailable counts the page cache that can be freed
@@ -100,9 +118,8 @@ def add_run_flags(p, script, eval_epsilon=None):
     g.add_argument("--track", action=flag, default=False, help=f"mirror the logs, flags and code to a W&B run ({why})")
     g.add_argument("--wandb-project-name", default="cleanRL", help="with --track, the W&B project")
     g.add_argument("--wandb-entity", default=None, help="with --track, the W&B team or user; None: your own")
-    g.add_argument(
-        "--save-model", action=flag, default=False, help="save the network into the run directory, then evaluate it"
-    )
+    what = "save the network into the run directory, then evaluate it"
+    g.add_argument("--save-model", action=flag, default=False, help=what)
     what = "the game's screen in colour, and the agent's 84x84 view, 4x (needs imageio, imageio-ffmpeg)"
     g.add_argument("--capture-video", action=flag, default=False, help=f"with --save-model or --eval-model, film: {what}")
     what = "write a checkpoint for --resume (and with --save-model the model) every this many environment steps"
@@ -152,8 +169,6 @@ def parse_run(p, argv, script):
             except wandb.errors.UsageError as error:
                 p.error(f"argument --track: {error} Or keep the run on disk: WANDB_MODE=offline")
     if args.eval_model is not None:
-        from plumbing.evaluation import model_error
-
         if error := model_error(args.eval_model, args.env_id, script):
             p.error(f"argument --eval-model: {error}")
     return args
@@ -182,9 +197,8 @@ CHANGEABLE += ["eval_epsilon"]
 
 
 def resumed_args(p, argv, run_dir, script):
-    """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside --resume.
-    Any other flag given with a new value is refused, as is a run directory this script cannot go on
-    with; either way nothing is written."""
+    """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside it. Another flag
+    with a new value is refused, as is a run directory this script cannot go on with; nothing is written."""
     from plumbing.checkpoints import FORMAT, read_checkpoint
     from plumbing.run import hold_run_dir
 

@@ -1,10 +1,9 @@
 """A run: its directory, TensorBoard (and W&B) logs, the progress line, stop signals, checkpoints, the end.
-
-Nothing here changes what is learnt: the script's main loop hands its networks, optimizer, replay and
-random streams to `Run.start`, which only saves and restores them; the loop asks `run.stopped` whether
-Ctrl-C, kill or a closed terminal came, and `run.stop_if_diverged` whether a loss turned nan."""
+Nothing here changes what is learnt: `Run.start` only saves and restores what the main loop hands it;
+the loop asks `run.stopped` whether Ctrl-C, kill or a closed terminal came."""
 
 import collections
+import multiprocessing.resource_tracker
 import os
 import shlex
 import signal
@@ -13,10 +12,11 @@ import sys
 import time
 
 import numpy as np
+import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from plumbing.checkpoints import Checkpoints, ReplayFiles, read_checkpoint
-from plumbing.evaluation import evaluate_and_log, watch_saved_model
+from plumbing.evaluation import evaluate_and_log
 
 # Ctrl-C (SIGINT), kill (SIGTERM) and a closed terminal (SIGHUP, not on Windows) once run as a script
 STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
@@ -38,6 +38,30 @@ def catch_stop_signals():
             signal.signal(signum, on_stop_signal)
 
 
+def start_workers(context, worker, count, *shared):
+    """`count` processes of `context`, each running worker(index, *shared, pipe); returns the pipes' read ends
+    and the processes. A pipe a worker: if one dies, even mid-message, the learner reads an end (EOFError), not
+    waits forever; if the learner dies, the worker's next send fails. Ctrl-C and a closed terminal (sent to the
+    terminal's every process) are blocked as they start: a worker keeps them blocked (a mask survives exec) and
+    the learner stops it before saving; the learner's wait till it unblocks them. (Windows: no masks.)"""
+    terminal_signals = [signum for signum in STOP_SIGNALS if signum != signal.SIGTERM]
+    can_block = hasattr(signal, "pthread_sigmask")
+    if can_block:
+        # multiprocessing's resource tracker starts with the first worker otherwise, and unblocks SIGINT after
+        multiprocessing.resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, terminal_signals)
+    pipes, workers = [], []
+    for index in range(count):
+        pipe, worker_end = context.Pipe(duplex=False)
+        workers.append(context.Process(target=worker, args=(index, *shared, worker_end), daemon=True))
+        workers[-1].start()
+        worker_end.close()
+        pipes.append(pipe)
+    if can_block:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, terminal_signals)
+    return pipes, workers
+
+
 def new_run_dir(run_name):
     run_dir, n = os.path.join("runs", run_name), 1
     while os.path.exists(run_dir):  # never write into an earlier run's directory
@@ -55,11 +79,9 @@ HELD_RUN_DIRS = {}  # the run directories this process holds -> the descriptor t
 
 
 def hold_run_dir(run_dir):
-    """Take RUN_DIR for this process, for as long as it lives: False where another process holds it
-    (two processes writing one run's checkpoints would spoil them). The system lets go of the lock
-    when the process ends, however it ends, kill -9 included, so a crashed run can be resumed. The
-    lock is flock's, on the directory itself (Linux, macOS); where there is none (Windows), or the
-    file system refuses it, the run goes on unguarded."""
+    """Take RUN_DIR for as long as this process lives; False where another holds it (two writing one run's
+    checkpoints would spoil them). flock's lock on the directory (Linux, macOS) goes when the process ends,
+    kill -9 too, so a crashed run can be resumed; without one (Windows, or refused) the run goes unguarded."""
     path = os.path.realpath(run_dir)
     if path in HELD_RUN_DIRS:
         return True
@@ -79,10 +101,8 @@ def hold_run_dir(run_dir):
 
 
 def start_wandb(args, run_dir):
-    """--track: a Weights & Biases run as CleanRL's scripts start it. It mirrors the TensorBoard scalars
-    (so it must start before the writer opens), with the flags as its config, the run directory's name
-    as its name and this script's code; WANDB_MODE=offline keeps it on disk for `wandb sync`. Its id
-    is kept in the run directory, so that --resume goes on in the same W&B run."""
+    """--track: a W&B run as CleanRL's start it, mirroring TensorBoard (so before the writer opens), with the
+    flags, the run directory's name and the code; its id is kept in the run directory for --resume to go on."""
     import wandb
 
     id_path = os.path.join(run_dir, "wandb_run_id")
@@ -104,61 +124,18 @@ def start_wandb(args, run_dir):
 
 
 def time_left(steps_left, steps_per_second):
-    """How long steps_left steps take at steps_per_second, in hours and minutes rounded down: '1h38m';
-    '?' where no step was made in the time measured."""
+    """steps_left's time at steps_per_second, rounded down to the minute: '1h38m'; '?' where no step was made."""
     if steps_per_second <= 0:
         return "?"
     minutes = int(max(steps_left, 0) / steps_per_second) // 60
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-class Progress:
-    """Every 5 s a line (steps/s, time left, updates, mean return of the last 100 games), charts/SPS and
-    the charts given. Time left is at the rate of about the last minute, not the run's average; after
-    `warm_up` steps (a warm-up without updates, several times faster), that rate starts again."""
-
-    def __init__(self, writer, total_timesteps, warm_up=None):
-        self.writer, self.total, self.warm_up = writer, total_timesteps, warm_up
-        self.start_time = self.last_print = time.time()
-        self.first_step = 0  # of this process: a resumed run's rate counts from its checkpoint
-        self.recent_prints = collections.deque([(self.start_time, 0)], maxlen=13)  # (time, step) of the last minute
-        self.returns = collections.deque(maxlen=100)
-
-    def show(self, step, updates, charts=()):
-        if time.time() - self.last_print > 5 or step >= self.total:
-            self.last_print = time.time()
-            self.writer.add_scalar("charts/SPS", (step - self.first_step) / (self.last_print - self.start_time), step)
-            for tag, value in dict(charts).items():
-                self.writer.add_scalar(tag, value, step)
-            self.recent_prints.append((self.last_print, step))
-            rate = (step - self.recent_prints[0][1]) / (self.last_print - self.recent_prints[0][0])
-            print(
-                f"step {step:,}/{self.total:,} | {rate:,.0f} steps/s | {time_left(self.total - step, rate)} left"
-                f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
-                f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}",
-                flush=True,
-            )
-        if self.warm_up is not None and updates and self.recent_prints[0][1] <= self.warm_up:
-            self.last_print = time.time()
-            self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
-
-    def go_on_from(self, step, returns):
-        """--resume: steps/s from the checkpoint's step on, from now (after the replay's loading, which may take
-        minutes), the mean return over the same last 100 games."""
-        self.start_time = self.last_print = time.time()
-        self.first_step = step
-        self.recent_prints = collections.deque([(self.start_time, step)], maxlen=13)
-        self.returns.extend(returns)
-
-
 class Run:
     """One run of a script, from its directory to its end: all a main loop needs that changes nothing learnt.
-
-    Run(args, script, device) makes the run's directory (runs/ENV__EXP__SEED__TIME, never an earlier
-    one's) or, with --resume, takes the stopped run's; opens TensorBoard there (`run.writer`), and first,
-    with --track, the W&B run that mirrors it. With --resume, TensorBoard goes on in the run's directory;
-    purge_step hides what the killed run logged after the checkpoint's step, so that no step is logged
-    twice and the curves join."""
+    Run(args, script, device) makes the run's directory (runs/ENV__EXP__SEED__TIME, never an earlier one's)
+    or takes --resume's, and opens TensorBoard there (`run.writer`; after the W&B run of --track). Resumed,
+    purge_step hides what the killed run logged after its checkpoint: no step is logged twice, curves join."""
 
     def __init__(self, args, script, device):
         self.args, self.script, self.device = args, script, device
@@ -175,7 +152,8 @@ class Run:
         self.writer = SummaryWriter(self.dir, purge_step=None if self.checkpoint is None else step + 1)
         table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
         self.writer.add_text("hyperparameters", table, step)  # a resumed run's at its first step: the flags it changed show
-        self.progress = self.returns = self.checkpoints = None  # made by start()
+        self.returns = collections.deque(maxlen=100)  # the last 100 games' scores: the main loop adds each game's
+        self.checkpoints = None  # made by start()
 
     @property
     def stopped(self):
@@ -183,37 +161,63 @@ class Run:
         return bool(stop_signals)
 
     def start(self, actions_count, network, optimizer, target_network=None, rng=None, replay=None, replay_batch=1):
-        """Everything a checkpoint saves, handed over: the networks, the optimizer, numpy's Generator and the
-        replay memory (its files, kept as it fills; replay_batch: the rows it takes at once, in each column);
-        numpy's, torch's and python's global streams are saved too. Returns the step and update counts: 0, 0,
-        or --resume's, with all of these as the checkpoint saved them, bit for bit (but the games)."""
-        self.progress = Progress(self.writer, self.args.total_timesteps, warm_up=getattr(self.args, "learning_starts", None))
-        self.returns = self.progress.returns  # the last 100 games' scores: the main loop adds each game's
+        """What checkpoints save (with the global random streams), handed over: the networks, the optimizer, numpy's
+        Generator, the replay (its files kept as it fills; replay_batch: the rows it takes at once, in each column).
+        Returns the step and update counts: 0, 0, or --resume's, with all these restored bit for bit (not the games)."""
         replay_files = None if replay is None else ReplayFiles(replay, self.dir, replay_batch)
-        handed = (network, optimizer, target_network, rng, replay_files)
-        self.checkpoints = Checkpoints(self.args, self.script, self.dir, actions_count, self.progress, *handed)
+        self.checkpoints = Checkpoints(self, actions_count, network, optimizer, target_network, rng, replay_files)
         step, updates = self.checkpoints.restore(self.checkpoint)
+        # steps/s from this process's first step on, from now (after --resume's loading of the replay: minutes maybe)
+        self.first_step, self.start_time = step, time.time()
+        self.last_print, self.recent_prints = self.start_time, collections.deque([(self.start_time, step)], maxlen=13)
         print(f"{self.dir}: {self.args.env_id}, {self.args.total_timesteps:,} steps on {self.device}", flush=True)
         return step, updates
 
     def show(self, step, updates, charts=()):
-        """Every 5 s a progress line (with the mean of `run.returns`, the last 100 games' scores), and the charts."""
-        self.progress.show(step, updates, charts)
+        """Every 5 s a line (steps/s, time left, updates, the mean of `run.returns`), charts/SPS and the charts
+        given. Time left is at about the last minute's rate; once updates start after --learning-starts steps
+        (a warm-up several times faster), that rate starts again."""
+        total, warm_up = self.args.total_timesteps, getattr(self.args, "learning_starts", None)
+        if time.time() - self.last_print > 5 or step >= total:
+            self.last_print = time.time()
+            self.writer.add_scalar("charts/SPS", (step - self.first_step) / (self.last_print - self.start_time), step)
+            for tag, value in dict(charts).items():
+                self.writer.add_scalar(tag, value, step)
+            self.recent_prints.append((self.last_print, step))
+            rate = (step - self.recent_prints[0][1]) / (self.last_print - self.recent_prints[0][0])
+            print(
+                f"step {step:,}/{total:,} | {rate:,.0f} steps/s | {time_left(total - step, rate)} left"
+                f" | updates {updates:,} | mean return (last {len(self.returns)} games) "
+                f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}",
+                flush=True,
+            )
+        if warm_up is not None and updates and self.recent_prints[0][1] <= warm_up:
+            self.last_print = time.time()
+            self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
 
     def save_every(self, step, updates):
         """A checkpoint every --save-every steps (the replay's files are written as it fills)."""
         self.checkpoints.save_every(step, updates)
 
     def stop_if_diverged(self, result, step):
-        """A loss or network output of nan or inf: training has diverged (after a learning rate too high, say) and
-        will not come back; going on would waste hours or end in a traceback. The run ends here, exit status 1,
-        its last checkpoint as it was."""
-        stop_if_diverged(result, step, self.dir, self.writer, self.args)
+        """A loss or output of nan or inf: training has diverged (a learning rate too high?) and will not come back.
+        The run ends here, exit status 1, its last checkpoint as it was, not hours later or in a traceback."""
+        if not result.isfinite().all():
+            self.close_logs()
+            sys.exit(
+                f"error: nan or inf at step {step:,}: training diverged (is --learning-rate too high?); "
+                f"{self.dir}'s last checkpoint, if any, is from before"
+            )
 
     def watch(self, network_class, evaluate):
-        """--eval-model: play a saved model's games and log them; no training."""
-        watch_saved_model(network_class, evaluate, self.args, self.dir, self.writer, self.device)
-        close_logs(self.writer, self.args)
+        """--eval-model: play a saved model's games (model_error has checked it) and log them; no training."""
+        args, device = self.args, self.device
+        model = torch.load(args.eval_model, map_location=device, weights_only=True)
+        network = network_class(model["actions_count"]).to(device)
+        network.load_state_dict(model["state_dict"])
+        print(f"{self.dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
+        evaluate_and_log(network, evaluate, args, self.dir, self.writer, device)
+        self.close_logs()
         return self.dir
 
     def end(self, network, evaluate, step, updates, failure=None):
@@ -232,25 +236,15 @@ class Run:
             print(f"model saved to {path} (watch it: python {self.script} --eval-model {path})", flush=True)
         if self.args.save_model and not (failure or stop_signals):
             evaluate_and_log(network, evaluate, self.args, self.dir, self.writer, self.device, checkpoints.model_path)
-        close_logs(self.writer, self.args)
+        self.close_logs()
         if failure or stop_signals:
             sys.exit(f"error: {failure}; the other workers were stopped" if failure else 128 + stop_signals[0])
         return self.dir
 
+    def close_logs(self):
+        """TensorBoard's events flushed and closed, then the W&B run of --track, which takes the last ones as it ends."""
+        self.writer.close()
+        if self.args.track:
+            import wandb
 
-def close_logs(writer, args):
-    """TensorBoard's events flushed and closed, then the W&B run of --track, which takes the last ones as it ends."""
-    writer.close()
-    if args.track:
-        import wandb
-
-        wandb.finish()
-
-
-def stop_if_diverged(result, global_step, run_dir, writer, args):
-    if not result.isfinite().all():
-        close_logs(writer, args)
-        sys.exit(
-            f"error: nan or inf at step {global_step:,}: training diverged (is --learning-rate too high?); "
-            f"{run_dir}'s last checkpoint, if any, is from before"
-        )
+            wandb.finish()

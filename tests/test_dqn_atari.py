@@ -273,7 +273,7 @@ def test_a_second_ctrl_c_while_saving_waits_for_the_save(in_tmp, monkeypatch):
     joins the first (no exception cuts the save short): the checkpoint reads back, exit status 130."""
     monkeypatch.setattr(dqn_atari, "make_env", lambda env_id, envs_count: catch.CatchVectorEnv(envs_count))
     monkeypatch.setattr(plumbing.run, "stop_signals", [])
-    show, save = plumbing.run.Progress.show, plumbing.checkpoints.save_atomically
+    show, save = plumbing.run.Run.show, plumbing.checkpoints.save_atomically
 
     def show_then_ctrl_c(progress, step, *rest):
         show(progress, step, *rest)
@@ -284,7 +284,7 @@ def test_a_second_ctrl_c_while_saving_waits_for_the_save(in_tmp, monkeypatch):
         signal.raise_signal(signal.SIGINT)
         save(data, path)
 
-    monkeypatch.setattr(plumbing.run.Progress, "show", show_then_ctrl_c)
+    monkeypatch.setattr(plumbing.run.Run, "show", show_then_ctrl_c)
     monkeypatch.setattr(plumbing.checkpoints, "save_atomically", save_with_a_ctrl_c_inside)
     handler = signal.signal(signal.SIGINT, plumbing.run.on_stop_signal)  # as when run as a script
     try:

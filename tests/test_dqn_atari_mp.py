@@ -27,7 +27,6 @@ from conftest import (
 import dqn_atari_mp
 import plumbing.checkpoints
 import plumbing.run
-import plumbing.workers
 
 SMALL = [
     "--total-timesteps",
@@ -227,7 +226,7 @@ def test_the_replay_must_fit_beside_the_workers(in_tmp, monkeypatch, capsys):
 
     replay, workers = 1000 * plumbing.checkpoints.REPLAY_BYTES_PER_TRANSITION, 2 * dqn_atari_mp.WORKER_BYTES
     monkeypatch.setattr(plumbing.flags, "available_memory_bytes", lambda: replay + workers - 1)
-    monkeypatch.setattr(dqn_atari_mp, "start_workers", refused_before_this)
+    monkeypatch.setattr(plumbing, "start_workers", refused_before_this)
     assert_refused(dqn_atari_mp.main, ["--buffer-size", "1000", "--workers-count", "2"], "--buffer-size", capsys)
 
 
@@ -294,7 +293,7 @@ def test_stop_workers_kills_and_reaps_a_worker_that_does_not_stop(monkeypatch):
     for process in stubborn:
         process.start()
     stop, started = context.RawValue("b", 0), time.time()
-    plumbing.workers.stop_workers([], stubborn, stop)
+    dqn_atari_mp.stop_workers([], stubborn, stop)
     assert stop.value and time.time() - started < 5
     time.sleep(0.5)  # time for a kill not waited for to land: its process would be a zombie by now
     for process in stubborn:
@@ -321,12 +320,12 @@ def test_every_stored_row_is_as_likely_whatever_the_workers_pace():
 
 def test_a_dead_worker_is_named_with_how_it_died():
     alive, dead = types.SimpleNamespace(exitcode=None, pid=11), types.SimpleNamespace(exitcode=-signal.SIGKILL, pid=12)
-    assert plumbing.workers.dead_worker([alive, alive]) is None
-    assert plumbing.workers.dead_worker([alive, dead]) == "worker 1 (pid 12) died: killed by SIGKILL"
+    assert dqn_atari_mp.dead_worker([alive, alive]) is None
+    assert dqn_atari_mp.dead_worker([alive, dead]) == "worker 1 (pid 12) died: killed by SIGKILL"
     dead.exitcode = -(signal.SIGRTMIN + 6)  # a real-time signal has no name
-    assert plumbing.workers.dead_worker([alive, dead]) == f"worker 1 (pid 12) died: killed by signal {signal.SIGRTMIN + 6}"
+    assert dqn_atari_mp.dead_worker([alive, dead]) == f"worker 1 (pid 12) died: killed by signal {signal.SIGRTMIN + 6}"
     dead.exitcode = 1
-    assert plumbing.workers.dead_worker([dead, alive]) == "worker 0 (pid 12) died: exit code 1"
+    assert dqn_atari_mp.dead_worker([dead, alive]) == "worker 0 (pid 12) died: exit code 1"
 
 
 def test_the_learner_trains_and_the_workers_act_with_its_latest_weights(in_tmp, monkeypatch):
@@ -393,8 +392,8 @@ def test_the_learners_updates_match_a_hand_computation(in_tmp, monkeypatch):
 
     # Not the Q-network's class (the workers' copy of it would have to be pickled): what is handed it first
     class Recorded(plumbing.run.Checkpoints):
-        def __init__(self, args, script, run_dir, actions_count, progress, network, optimizer, target_network, *rest):
-            super().__init__(args, script, run_dir, actions_count, progress, network, optimizer, target_network, *rest)
+        def __init__(self, run, actions_count, network, optimizer, target_network, *rest):
+            super().__init__(run, actions_count, network, optimizer, target_network, *rest)
             networks.append((network, target_network, {k: v.clone() for k, v in network.state_dict().items()}))
 
     def record_pass(step, new_steps, period):

@@ -7,6 +7,7 @@ in-process runs on tests/catch.py for the state's bit-for-bit comparison.
     python -m pytest tests/test_resume.py -q --durations=0
 """
 
+import collections
 import copy
 import glob
 import importlib
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import catch
 import numpy as np
@@ -139,11 +141,11 @@ def live_state(checkpoints, step, updates):
         "numpy_random": np.random.get_state(),
         "torch_random": torch.get_rng_state(),
         "python_random": random.getstate(),
-        "returns": list(c.progress.returns),
+        "returns": list(c.run.returns),
     }
     if c.replay is not None:
         replay = c.replay.replay
-        state["replay"] = [field.copy() for field in c.replay.fields()] + [copy.copy(replay.pos), copy.copy(replay.full)]
+        state["replay"] = [field.copy() for field in c.replay.fields] + [copy.copy(replay.pos), copy.copy(replay.full)]
     return state
 
 
@@ -227,13 +229,13 @@ def test_the_mp_learners_state_comes_back_bit_for_bit(in_tmp):
     def learner():
         q_network, target_network = mod.QNetwork(4), mod.QNetwork(4)
         optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
-        replay, progress = (
-            mod.ReplayMemory(args.buffer_size, args.workers_count),
-            plumbing.run.Progress(None, args.total_timesteps),
-        )
+        replay = mod.ReplayMemory(args.buffer_size, args.workers_count)
         files = plumbing.checkpoints.ReplayFiles(replay, run_dir, mod.SEND_BATCH)
         objects = (q_network, optimizer, target_network, np.random.default_rng(args.seed), files)
-        return plumbing.run.Checkpoints(args, "dqn_atari_mp.py", run_dir, 4, progress, *objects)
+        # what Checkpoints reads of its run (no TensorBoard: the weights are finite)
+        run = types.SimpleNamespace(args=args, script="dqn_atari_mp.py", dir=run_dir, returns=collections.deque(maxlen=100))
+        run.stop_if_diverged = lambda weights, step: None
+        return plumbing.run.Checkpoints(run, 4, *objects)
 
     saving = learner()
     for _ in range(3):  # an optimizer with state, networks that differ, streams moved on
@@ -241,7 +243,7 @@ def test_the_mp_learners_state_comes_back_bit_for_bit(in_tmp):
         saving.network(torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)).pow(2).mean().backward()
         saving.optimizer.step()
     saving.rng.random(5), np.random.random(3), torch.rand(3), random.random()
-    saving.progress.returns.extend([3.0, 5.0, 0.0])
+    saving.run.returns.extend([3.0, 5.0, 0.0])
     for _ in add_rows("dqn_atari_mp.py", saving.replay.replay, data_rng, 1600):  # the ring wraps
         saving.replay.keep_up()
     saved = live_state(saving, 6400, 1234)
@@ -525,14 +527,14 @@ def test_the_replay_comes_back_from_the_checkpoints_files_alone(script, buffer_s
         files.keep_up()
     state = files.save()
     files.saved(state)
-    saved = [field.copy() for field in files.fields()] + [copy.copy(replay.pos), copy.copy(replay.full)]
+    saved = [field.copy() for field in files.fields] + [copy.copy(replay.pos), copy.copy(replay.full)]
     for _ in add_rows(script, replay, rng, 2 * replay.rows * envs):  # the run goes on, then is killed
         files.keep_up()
     files.thread.shutdown()  # its last file and deletions done: a killed run's process does nothing more
     rebuilt = mod.ReplayMemory(buffer_size, envs)
     resumed = plumbing.checkpoints.ReplayFiles(rebuilt, str(tmp_path), batch_rows)
     resumed.load(state)
-    assert_equal(list(resumed.fields()) + [rebuilt.pos, rebuilt.full], saved)
+    assert_equal(list(resumed.fields) + [rebuilt.pos, rebuilt.full], saved)
     named = {chunk[0] for chunk in sum(state["chunks"], [])}
     assert {os.path.join("replay", name) for name in os.listdir(tmp_path / "replay")} == named  # the rest deleted
     # The resumed run goes on to its next checkpoint: the files only the last one named go, and what
