@@ -223,7 +223,7 @@ def main(argv=None):
         # come from the parameters as they are now; then one forward of s' gives V(s') for the step's target and the next s.
         logits, values = agent(torch.from_numpy(games.obs).to(device))
         run.stop_if_diverged(logits, global_step)  # nan never comes back: stop now
-        while len(actor_losses) < args.rollout_length:
+        while len(actor_losses) < args.rollout_length and global_step < args.total_timesteps and not run.stopped:
             dist = Categorical(logits=logits)
             actions = dist.sample()
             agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
@@ -247,11 +247,7 @@ def main(argv=None):
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.returns.append(score)
             run.show(global_step, updates)
-            rollout_cut_short = len(actor_losses) < args.rollout_length and (
-                global_step >= args.total_timesteps or run.stopped
-            )
-            if rollout_cut_short:  # by the run's end or a stop: it is not learnt from
-                break
+        rollout_cut_short = len(actor_losses) < args.rollout_length  # by the run's end or a stop: it is not learnt from
         if rollout_cut_short:
             break
 
