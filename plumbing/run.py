@@ -39,11 +39,11 @@ def catch_stop_signals():
 
 
 def start_workers(context, worker, count, *shared):
-    """`count` processes of `context`, each running worker(index, *shared, pipe); returns the pipes' read ends
-    and the processes. A pipe a worker: if one dies, even mid-message, the learner reads an end (EOFError), not
-    waits forever; if the learner dies, the worker's next send fails. Ctrl-C and a closed terminal (sent to the
-    terminal's every process) are blocked as they start: a worker keeps them blocked (a mask survives exec) and
-    the learner stops it before saving; the learner's wait till it unblocks them. (Windows: no masks.)"""
+    """dqn_atari_mp.py's `count` workers, processes of `context` each running worker(index, *shared, pipe); returns
+    the pipes' read ends and the processes. A pipe each: if a worker dies, even mid-message, the learner reads an
+    end (EOFError) rather than wait forever; if the learner dies, the worker's next send fails. Ctrl-C and a closed
+    terminal (sent to all its processes) are blocked as they start: a worker keeps them blocked (a mask survives
+    exec; on Windows, without masks, it ignores SIGINT) and the learner stops it; the learner's wait till unblocked."""
     terminal_signals = [signum for signum in STOP_SIGNALS if signum != signal.SIGTERM]
     can_block = hasattr(signal, "pthread_sigmask")
     if can_block:
