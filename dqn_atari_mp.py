@@ -330,6 +330,7 @@ def worker(index, args, acting_network, shared_step, stop, pipe):
                 return
 
 
+# ---------------------------------------------------------------- the learner's watch over its workers
 def messages_waiting(pipes):
     """The pipes with a message to read, after up to 1 s."""
     try:

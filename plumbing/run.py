@@ -170,6 +170,7 @@ class Run:
         # steps/s from this process's first step on, from now (after --resume's loading of the replay: minutes maybe)
         self.first_step, self.start_time = step, time.time()
         self.last_print, self.recent_prints = self.start_time, collections.deque([(self.start_time, step)], maxlen=13)
+        self.warm_up = getattr(self.args, "learning_starts", None)  # the DQN scripts': no updates, several times faster
         print(f"{self.dir}: {self.args.env_id}, {self.args.total_timesteps:,} steps on {self.device}", flush=True)
         return step, updates
 
@@ -177,7 +178,7 @@ class Run:
         """Every 5 s a line (steps/s, time left, updates, the mean of `run.returns`), charts/SPS and the charts
         given. Time left is at about the last minute's rate; once updates start after --learning-starts steps
         (a warm-up several times faster), that rate starts again."""
-        total, warm_up = self.args.total_timesteps, getattr(self.args, "learning_starts", None)
+        total = self.args.total_timesteps
         if time.time() - self.last_print > 5 or step >= total:
             self.last_print = time.time()
             self.writer.add_scalar("charts/SPS", (step - self.first_step) / (self.last_print - self.start_time), step)
@@ -191,7 +192,8 @@ class Run:
                 f"{f'{np.mean(self.returns):.1f}' if self.returns else '-'}",
                 flush=True,
             )
-        if warm_up is not None and updates and self.recent_prints[0][1] <= warm_up:
+        rate_counts_warm_up = self.warm_up is not None and updates and self.recent_prints[0][1] <= self.warm_up
+        if rate_counts_warm_up:  # updates have begun: the rate starts again, without the warm-up's fast steps
             self.last_print = time.time()
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
 
