@@ -12,7 +12,7 @@ end, while `charts/episodic_return` is the whole game's real score.
 
 The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
 dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
-(`--workers-count` actor processes feeding one learner through pipes).
+(`--workers-count` actor processes feeding one learner through a queue and shared memory).
 
     python dqn_atari.py --env-id BreakoutNoFrameskip-v4
     tensorboard --logdir runs

@@ -6,11 +6,12 @@ every `--learn-steps-period` environment steps one gradient step moves Q(s, a) t
 TD target r + gamma * max_a' Q_target(s', a'). A target network, copied every
 `--target-network-frequency` steps, keeps that target still.
 
-Multi-process: `--workers-count` worker processes each play one game, all acting with one CPU copy
-of the Q-network in shared memory that the learner refreshes, and send their transitions to the
-learner over their own pipe.
-The main process learns from them, so `--learn-steps-period` counts transitions from all workers;
-a pipe holds less than one message, so workers wait for the learner rather than run ahead of it.
+Multi-process: `--workers-count` worker processes each play one game, acting with one CPU copy of
+the Q-network in shared memory that the learner refreshes; the main process learns from all their
+transitions (`--learn-steps-period` counts them all). A worker writes 32 steps into one of its two
+slots of shared memory, then puts a few bytes on the queue all workers share: only so small a
+message is written whole or not at all if its sender dies (a large one cut in half would leave the
+learner waiting forever: docs/plumbing.md). The learner copies the slot out; a worker waits for it.
 
 The games are ale-py's AtariVectorEnv with one element, in the standard DeepMind setup that
 `AtariGames` keeps: learning sees rewards clipped to their sign and a lost life as an episode's
@@ -18,15 +19,14 @@ end, while `charts/episodic_return` is the whole game's real score.
 
 The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
 dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
-(`--workers-count` actor processes feeding one learner through pipes).
+(`--workers-count` actor processes feeding one learner through a queue and shared memory).
 
     python dqn_atari_mp.py --workers-count 2
     tensorboard --logdir runs
 """
 
-import collections
-import multiprocessing.connection
 import os
+import queue
 import random
 import signal
 import time
@@ -45,7 +45,12 @@ from plumbing import non_negative_int, positive_float, positive_int, probability
 SCRIPT = os.path.basename(__file__)  # saved with the model and checkpoints: only this script's network loads them
 FRAME_SHAPE = (84, 84)
 STACK = 4
-SEND_BATCH = 32  # a worker sends its transitions 32 at a time: fewer, larger messages
+SEND_BATCH = 32  # a worker hands its transitions over 32 at a time: fewer messages
+SLOTS = 2  # a worker's slots of shared memory: it fills one while the learner copies the other out
+STEP = np.dtype(  # one step as a worker writes it into its slot: what the replay stores, and the game that ended there
+    [("frame", np.uint8, FRAME_SHAPE), ("action", np.uint8), ("reward", np.int8), ("done", bool)]
+    + [("agent_acted", bool), ("first", bool), ("game_over", bool), ("score", float), ("length", np.int64)]
+)
 WORKER_BYTES = 200 * 2**20  # one worker process (Python, torch, its game): 200 MiB measured (PSS)
 
 
@@ -89,8 +94,7 @@ def check_args(p, args):
     # (usually up to 3 in a row, a game's reset and launch; more where a life or the game ends during them) and,
     # after --resume, the last row before the stop (its next frame was never stored) and the new game's launch
     # (2 rows). With fewer rows than those and one more, none might be left to sample: an update would wait forever.
-    # And a worker's batch of SEND_BATCH steps must fit in its column, or the batch would write over its own
-    # first steps.
+    # And a worker's SEND_BATCH steps must fit in its column, or they would write over their own first steps.
     min_rows = max((STACK - 1) + 1 + 3 + 1 + 2 + 1, SEND_BATCH)
     if args.buffer_size // args.workers_count < min_rows:
         p.error(f"argument --buffer-size: must be at least {min_rows} * --workers-count = {min_rows * args.workers_count}")
@@ -305,38 +309,47 @@ class ReplayMemory:
 
 
 # ---------------------------------------------------------------- worker process
-def worker(index, args, acting_network, shared_step, stop, pipe):
-    """One actor: plays its own game and sends what it saw to the learner, SEND_BATCH steps at a time."""
+def worker(index, args, acting_network, shared_step, stop, shared_slots, copied, messages):
+    """One actor: plays its own game, writes what it saw into its slots, SEND_BATCH steps at a time, and puts
+    (its index, the batch's number) on the queue: that slot is full."""
     torch.set_num_threads(1)  # the learner needs the cores; acting is one small forward pass
     if not hasattr(signal, "pthread_sigmask"):  # Windows: Ctrl-C reaches every process; the learner stops its workers
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    messages.cancel_join_thread()  # exit without waiting to send: a dead worker may hold the queue's lock for good
+    slots, learner = np.frombuffer(shared_slots, dtype=STEP).reshape(-1, SLOTS, SEND_BATCH)[index], mp.parent_process()
     # Its own exploration draws; a resumed run's workers draw anew from where it stood
     games, rng = AtariGames(args.env_id, 1, args.seed + index), np.random.default_rng((args.seed, index, shared_step.value))
-    batch, finished, decay_steps = [], [], args.exploration_fraction * args.total_timesteps
-    while not stop.value:  # set by the learner when the run ends
-        # ALGO LOGIC: epsilon follows the learner's global step; acting on half-copied new weights is harmless
-        obs, firsts = games.obs, games.firsts  # this step's, for the replay: recv() below replaces them
-        epsilon = linear_schedule(args.start_e, args.end_e, decay_steps, shared_step.value)
-        actions = epsilon_greedy(acting_network, obs, epsilon, games.action_space.n, rng, "cpu")
-        agent_acted = games.send(actions)  # False where the step is played for the agent: no transition
-        rewards, dones, ended = games.recv()
-        batch.append((obs[0, -1], actions[0], rewards[0], dones[0], agent_acted[0], firsts[0]))
-        finished += ended
-        if len(batch) == SEND_BATCH:  # the batch and the games it finished, to the learner
-            message, batch, finished = (index, *map(np.array, zip(*batch)), finished), [], []
-            try:
-                pipe.send(message)  # returns once the learner has read most of it: we cannot run ahead
-            except BrokenPipeError:  # the learner has closed its end (the run is over) or is gone
-                return
+    batch, decay_steps = 0, args.exploration_fraction * args.total_timesteps
+    while slot_free(batch, copied, index, stop, learner):
+        slot = slots[batch % SLOTS]
+        for row in range(SEND_BATCH):
+            # ALGO LOGIC: epsilon follows the learner's global step; acting on half-copied new weights is harmless
+            obs, firsts = games.obs, games.firsts  # this step's, for the replay: recv() below replaces them
+            epsilon = linear_schedule(args.start_e, args.end_e, decay_steps, shared_step.value)
+            actions = epsilon_greedy(acting_network, obs, epsilon, games.action_space.n, rng, "cpu")
+            agent_acted = games.send(actions)  # False where the step is played for the agent: no transition
+            rewards, dones, ended = games.recv()
+            score, length = ended[0] if ended else (0.0, 0)
+            slot[row] = (obs[0, -1], actions[0], rewards[0], dones[0], agent_acted[0], firsts[0], bool(ended), score, length)
+        messages.put((index, batch))  # a few bytes: written whole or not at all, whenever this process dies
+        batch += 1
+
+
+def slot_free(batch, copied, index, stop, learner):
+    """Wait till the learner has copied out the batch SLOTS before `batch` (only it writes `copied`); False once
+    the run stops or the learner is gone (killed: nobody else would stop this worker)."""
+    while batch - copied[index] >= SLOTS and not stop.value and learner.is_alive():
+        time.sleep(0.001)
+    return not stop.value and learner.is_alive()
 
 
 # ---------------------------------------------------------------- the learner's watch over its workers
-def messages_waiting(pipes):
-    """The pipes with a message to read, after up to 1 s."""
+def next_message(messages):
+    """A worker's (index, batch number), or None after 1 s without one."""
     try:
-        return multiprocessing.connection.wait(pipes, timeout=1.0)
-    except InterruptedError:  # Windows: Ctrl-C breaks the wait (after the stop signal's handler ran); Unix retries it
-        return []
+        return messages.get(timeout=1.0)
+    except (queue.Empty, InterruptedError):  # Windows: Ctrl-C breaks the wait (after the stop signal's handler ran)
+        return None
 
 
 def dead_worker(workers):
@@ -349,12 +362,16 @@ def dead_worker(workers):
             return f"worker {index} (pid {process.pid}) died: {how}"
 
 
-def stop_workers(pipes, workers, stop):
+def out_of_turn(message, copied):
+    """A batch that is not the next from its worker (one lost or sent twice), else None: none may be."""
+    if message is not None and message[1] != copied[message[0]]:
+        return f"worker {message[0]} sent batch {message[1]:,} where batch {copied[message[0]]:,} was due"
+
+
+def stop_workers(workers, stop):
     """Every worker ended and reaped (no zombie left while the evaluation runs), within 2 s."""
     stop.value = 1
-    for pipe in pipes:
-        pipe.close()  # a worker waiting to send gets BrokenPipeError and exits
-    # A worker that plays sees the flag within a step; one still starting (importing torch) cannot
+    # A worker that plays sees the flag within a batch; one still starting (importing torch) cannot
     # look before it plays, and nothing is lost by killing it.
     deadline = time.time() + 2
     for process in workers:
@@ -396,25 +413,27 @@ def main(argv=None):
     # taken for good. Each value has one writer, the learner; a worker reads the old value or the new one.
     context = mp.get_context("spawn")  # fork is unsafe with torch's threads and with CUDA
     shared_step, stop = context.RawValue("q", global_step), context.RawValue("b", 0)  # a resumed run's step: its epsilon
-    pipes, workers = plumbing.start_workers(context, worker, args.workers_count, args, acting_network, shared_step, stop)
-    ready = collections.deque()  # pipes with a message waiting, served in turn so that every worker gets its say
+    # SLOTS slots a worker in shared memory, the queue, and `copied`: each worker's batches copied out of its slots
+    shared_slots = context.RawArray("B", args.workers_count * SLOTS * SEND_BATCH * STEP.itemsize)
+    slots = np.frombuffer(shared_slots, dtype=STEP).reshape(args.workers_count, SLOTS, SEND_BATCH)
+    copied, messages = context.RawArray("q", args.workers_count), context.Queue()
+    shared = (args, acting_network, shared_step, stop, shared_slots, copied, messages)
+    workers = plumbing.start_workers(context, worker, args.workers_count, *shared)
     failure = None  # how a worker died, once one has: the run ends with it (exit status 1)
 
     # The learner: one worker's batch of transitions at a time, until done, Ctrl-C, or a worker died
     while global_step < args.total_timesteps and not run.stopped and failure is None:
-        if not ready:  # up to 1 s for messages; then a look at the workers, cheap: one that died ends the run
-            ready.extend(messages_waiting(pipes))
-            failure = dead_worker(workers)
+        message = next_message(messages)  # up to 1 s; then, message or not, a look at the workers (cheap)
+        failure = dead_worker(workers) or out_of_turn(message, copied)  # either ends the run
+        if message is None or failure is not None:
             continue
-        pipe = ready.popleft()
-        try:
-            e, frames, actions, rewards, dones, agent_acted, firsts, finished = pipe.recv()  # e: the worker
-        except (EOFError, OSError):  # its worker is gone, maybe halfway through a message: dead_worker says how
-            pipes.remove(pipe)
-            continue
-        # ALGO LOGIC: a worker's transitions go into the replay memory
-        replay.add(e, frames, actions, rewards, dones, agent_acted, firsts)
-        new_steps = np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL's DQN and PPO count them
+        e, batch = message  # e: the worker
+        slot = slots[e, batch % SLOTS]
+        # ALGO LOGIC: a worker's transitions go into the replay memory; then its slot is free again
+        replay.add(e, slot["frame"], slot["action"], slot["reward"], slot["done"], slot["agent_acted"], slot["first"])
+        finished = list(zip(slot["score"][slot["game_over"]], slot["length"][slot["game_over"]]))
+        new_steps = np.count_nonzero(slot["agent_acted"])  # the agent's steps, as CleanRL's DQN and PPO count them
+        copied[e] += 1  # (only now: the worker may write over the slot from here on)
         global_step += new_steps
         shared_step.value = global_step
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
@@ -455,7 +474,7 @@ def main(argv=None):
             run.returns.append(score)
         run.show(global_step, updates, {"charts/epsilon": epsilon, "charts/updates": updates})
         run.save_every(global_step, updates)
-    stop_workers(pipes, workers, stop)
+    stop_workers(workers, stop)
     return run.end(q_network, evaluate, global_step, updates, failure)  # a checkpoint; with --save-model, evaluate's games
 
 
@@ -472,9 +491,6 @@ def evaluate(q_network, env_id, seed, episodes, epsilon, device, video_dir=None)
         returns += [score for score, _ in finished]
     games.envs.close()
     return returns
-
-
-WORKER_BYTES = 200 * 2**20  # one worker process (Python, torch, its game): 200 MiB measured (PSS)
 
 
 if __name__ == "__main__":

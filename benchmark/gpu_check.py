@@ -165,7 +165,7 @@ def run(script, flags, scratch, args, threads=None):
         if proc.poll() is None:  # (the workers left would take cores from the next run timed)
             if hasattr(os, "killpg"):
                 os.killpg(proc.pid, signal.SIGKILL)
-            else:  # Windows: no process groups; dqn_atari_mp.py's workers end as their learner's pipe closes
+            else:  # Windows: no process groups; dqn_atari_mp.py's workers end as they see their learner gone
                 proc.kill()
             proc.communicate()
     print(f": {time.time() - start:.0f} s", flush=True)

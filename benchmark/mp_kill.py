@@ -10,6 +10,9 @@ itself, in a process group of its own, then:
     worker, having reaped its workers (no zombie left), and within the same 10 s no process of the
     run may be left (the other worker, multiprocessing's resource tracker).
 (b) learner killed: the learner gets SIGKILL; 10 s later no process of the run may be left.
+In both, nothing the run made may be left in /dev/shm either (its queue's named semaphores, shared
+memory) once its processes have gone: multiprocessing's resource tracker removes what a killed
+learner leaves.
 Half the tries of each kind kill during the warm-up, at a random delay of 0 to --max-delay seconds
 after both workers exist (some while they still import torch, some while they play); the other
 half during learning, that delay after the first progress line that counts updates.
@@ -21,6 +24,7 @@ Whatever a try leaves is killed with its process group before the next one.
 
 import argparse
 import ctypes
+import glob
 import os
 import random
 import re
@@ -70,6 +74,26 @@ def gone(pid, reaped):
             return True
 
 
+def shm_left(before):
+    """Entries of /dev/shm not there `before` that no live process maps (those are another run's: their inodes are
+    in its maps; a semaphore's mapping is named after the file it was made as, shown '(deleted)')."""
+    mapped = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                mapped |= {int(line.split()[4]) for line in f if "/dev/shm/" in line}
+        except OSError:  # a process that has just ended
+            pass
+    left = []
+    for name in sorted(set(os.listdir("/dev/shm")) - before):
+        try:
+            if os.stat(f"/dev/shm/{name}").st_ino not in mapped:
+                left.append(name)
+        except FileNotFoundError:  # removed meanwhile
+            pass
+    return left
+
+
 def wait_until(condition, deadline, step=0.02):
     while not condition() and time.time() < deadline:
         time.sleep(step)
@@ -85,6 +109,7 @@ def one_try(target, phase, rng, max_delay, seed, tmp):
     """One run, one SIGKILL. Returns (ok, seconds, what): for 'worker' the seconds until the learner's
     exit, for 'learner' until the last process of the run ended; what went wrong, if anything."""
     out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else None
     with open(out, "w") as stdout, open(err, "w") as stderr:
         learner = subprocess.Popen(
             [sys.executable, SCRIPT, *RUN, *(WARM_UP if phase == "warm-up" else LEARNING), "--seed", str(seed)],
@@ -111,7 +136,10 @@ def one_try(target, phase, rng, max_delay, seed, tmp):
         if target == "learner":
             learner.wait()
             ended = wait_until(lambda: all(gone(pid, reaped) for pid in run), killed + LIMIT)
-            return ended, time.time() - killed, None if ended else f"left after {LIMIT:.0f} s: {left(run, reaped)}"
+            seconds = time.time() - killed
+            problems = [] if ended else [f"left after {LIMIT:.0f} s: {left(run, reaped)}"]
+            problems += shm_problem(shm_before, killed)
+            return not problems, seconds, "; ".join(problems) or None
         try:
             status = learner.wait(timeout=LIMIT)
         except subprocess.TimeoutExpired:
@@ -133,6 +161,7 @@ def one_try(target, phase, rng, max_delay, seed, tmp):
             problems.append(f"workers the learner did not reap: {unreaped}")
         if not ended:
             problems.append(f"left after {LIMIT:.0f} s: {left(run, reaped)}")
+        problems += shm_problem(shm_before, killed)
         return not problems, seconds, "; ".join(problems) or None
     finally:
         try:
@@ -141,6 +170,15 @@ def one_try(target, phase, rng, max_delay, seed, tmp):
             pass
         learner.wait()
         sweep_orphans()
+
+
+def shm_problem(before, killed):
+    """What the run left in /dev/shm LIMIT s after the kill, as a problem; none where there is no /dev/shm."""
+    if before is None:
+        return []
+    wait_until(lambda: not shm_left(before), killed + LIMIT, step=0.1)
+    leftover = shm_left(before)
+    return [f"left in /dev/shm after {LIMIT:.0f} s: {', '.join(leftover)}"] if leftover else []
 
 
 def reap_now(pid, reaped):
@@ -201,8 +239,8 @@ def main():
             )
     lines = []
     for target, what in (
-        ("worker", "learner exited within 10 s naming it, no process left"),
-        ("learner", "no process of the run left after 10 s"),
+        ("worker", "learner exited within 10 s naming it, no process and nothing in /dev/shm left"),
+        ("learner", "no process of the run and nothing in /dev/shm left after 10 s"),
     ):
         ok = [seconds for good, seconds, _ in results[target] if good]
         by_phase = ", ".join(

@@ -39,27 +39,22 @@ def catch_stop_signals():
 
 
 def start_workers(context, worker, count, *shared):
-    """dqn_atari_mp.py's `count` workers, processes of `context` each running worker(index, *shared, pipe); returns
-    the pipes' read ends and the processes. A pipe each: if a worker dies, even mid-message, the learner reads an
-    end (EOFError) rather than wait forever; if the learner dies, the worker's next send fails. Ctrl-C and a closed
-    terminal (sent to all its processes) are blocked as they start: a worker keeps them blocked (a mask survives
-    exec; on Windows, without masks, it ignores SIGINT) and the learner stops it; the learner's wait till unblocked."""
+    """dqn_atari_mp.py's `count` workers, processes of `context` each running worker(index, *shared); returns the
+    processes. Ctrl-C and a closed terminal (sent to all its processes) are blocked as they start: a worker keeps
+    them blocked (a mask survives exec; on Windows, without masks, it ignores SIGINT) and the learner stops it;
+    the learner's wait till unblocked."""
     terminal_signals = [signum for signum in STOP_SIGNALS if signum != signal.SIGTERM]
     can_block = hasattr(signal, "pthread_sigmask")
     if can_block:
         # multiprocessing's resource tracker starts with the first worker otherwise, and unblocks SIGINT after
         multiprocessing.resource_tracker.ensure_running()
         signal.pthread_sigmask(signal.SIG_BLOCK, terminal_signals)
-    pipes, workers = [], []
-    for index in range(count):
-        pipe, worker_end = context.Pipe(duplex=False)
-        workers.append(context.Process(target=worker, args=(index, *shared, worker_end), daemon=True))
-        workers[-1].start()
-        worker_end.close()
-        pipes.append(pipe)
+    workers = [context.Process(target=worker, args=(index, *shared), daemon=True) for index in range(count)]
+    for process in workers:
+        process.start()
     if can_block:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, terminal_signals)
-    return pipes, workers
+    return workers
 
 
 def new_run_dir(run_name):

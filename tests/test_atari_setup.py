@@ -123,49 +123,57 @@ def test_pqn_loop_relaunches_every_life_and_starts_fresh_stacks(in_tmp, monkeypa
     check_noop_games(calls, scalars["charts/episodic_length"][1], scalars, 1280)
 
 
+def run_worker_here(index, args, shared_step, stop, steps, monkeypatch):
+    """dqn_atari_mp.worker, in this process, with a stand-in learner that copies each full slot out at once;
+    stops after `steps` steps. Returns the batches' steps as the learner would find them (STEP records)."""
+    slots = bytearray((index + 1) * dqn_atari_mp.SLOTS * dqn_atari_mp.SEND_BATCH * dqn_atari_mp.STEP.itemsize)
+    views, copied, batches = (
+        np.frombuffer(slots, dtype=dqn_atari_mp.STEP).reshape(index + 1, dqn_atari_mp.SLOTS, -1),
+        [0] * (index + 1),
+        [],
+    )
+
+    def put(message):  # the learner's side: the batch due, copied out; its slot free again
+        worker, batch = message
+        assert (worker, batch) == (index, copied[index])
+        batches.append(views[worker, batch % dqn_atari_mp.SLOTS].copy())
+        copied[index] += 1
+        stop.value = stop.value or len(batches) * dqn_atari_mp.SEND_BATCH >= steps
+
+    monkeypatch.setattr(dqn_atari_mp.mp, "parent_process", lambda: SimpleNamespace(is_alive=lambda: True))
+    messages = SimpleNamespace(put=put, cancel_join_thread=lambda: None)
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        dqn_atari_mp.worker(index, args, None, shared_step, stop, slots, copied, messages)
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    return np.concatenate(batches) if batches else np.empty(0, dtype=dqn_atari_mp.STEP)
+
+
 def test_mp_worker_relaunches_every_life_and_starts_fresh_stacks(monkeypatch, one_torch_thread):
     """The worker runs here, in this process, so that its agent can be made to stand still."""
     monkeypatch.setattr(dqn_atari_mp, "epsilon_greedy", lambda net, obs, *args: np.zeros(len(obs), dtype=np.int64))
     calls = spy_on_stacks(dqn_atari_mp, monkeypatch)
-    stop, messages = SimpleNamespace(value=0), []  # the learner's stop flag
-    stop.is_set = lambda: bool(stop.value)
-
-    class Pipe:  # stands in for the worker's end of its pipe, and keeps 700 steps
-        def send(self, message):
-            messages.append(message)
-            if len(messages) * dqn_atari_mp.SEND_BATCH >= 700:
-                stop.value = 1
-
     args = dqn_atari_mp.parse_args(["--buffer-size", "1000"])
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        dqn_atari_mp.worker(0, args, None, SimpleNamespace(value=0), stop, Pipe())
-    finally:
-        signal.signal(signal.SIGINT, sigint)
-    lengths = np.array([length for m in messages for _, length in m[7]])  # the games each batch finished
-    check_noop_games(calls[: len(messages) * dqn_atari_mp.SEND_BATCH], lengths)
+    steps = run_worker_here(0, args, SimpleNamespace(value=0), SimpleNamespace(value=0), 700, monkeypatch)
+    lengths = steps["length"][steps["game_over"]]  # the games the batches finished
+    check_noop_games(calls[: len(steps)], lengths)
 
 
 @pytest.mark.parametrize("learner_step, epsilon", [(0, 1.0), (500_000, 0.505), (5_000_000, 0.01)])
 def test_mp_workers_explore_at_the_learners_step(learner_step, epsilon, monkeypatch, one_torch_thread):
     """A worker's epsilon follows the learner's global step (shared with it), not its own count of
     steps: 1 to 0.01 over the first 10% of the default 10M steps."""
-    seen, stop = [], SimpleNamespace(value=0)
+    seen = []
 
     def spy_epsilon_greedy(network, obs, epsilon, *rest):
         seen.append(epsilon)
-        stop.value = len(seen) >= 40
         return np.zeros(len(obs), dtype=np.int64)
 
     monkeypatch.setattr(dqn_atari_mp, "epsilon_greedy", spy_epsilon_greedy)
     args = dqn_atari_mp.parse_args(["--buffer-size", "1000"])
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        dqn_atari_mp.worker(
-            1, args, None, SimpleNamespace(value=learner_step), stop, SimpleNamespace(send=lambda message: None)
-        )
-    finally:
-        signal.signal(signal.SIGINT, sigint)
+    run_worker_here(1, args, SimpleNamespace(value=learner_step), SimpleNamespace(value=0), 40, monkeypatch)
+    assert len(seen) >= 40
     np.testing.assert_allclose(seen, epsilon)
 
 

@@ -1,6 +1,10 @@
 """dqn_atari_mp.py: real worker processes on real ALE games, and how they end."""
 
+import collections
+import glob
+import multiprocessing.reduction
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +30,7 @@ from conftest import (
 
 import dqn_atari_mp
 import plumbing.checkpoints
+import plumbing.flags
 import plumbing.run
 
 SMALL = [
@@ -123,6 +128,44 @@ def run_dir_of(cwd):
     return os.path.join(cwd, "runs", runs[0])
 
 
+def shm_left(before):
+    """What the run left in /dev/shm (named semaphores, shared memory): entries not there `before` that no live
+    process maps (a live run's, maybe another test's, are mapped: their inodes are in its maps), still there 2 s later."""
+
+    def unmapped():
+        mapped = set()
+        for maps in glob.glob("/proc/[0-9]*/maps"):
+            try:
+                with open(maps) as f:
+                    mapped |= {int(line.split()[4]) for line in f if "/dev/shm/" in line}
+            except OSError:  # a process that has just ended
+                pass
+        left = set()
+        for name in set(os.listdir("/dev/shm")) - before:
+            try:
+                left |= {name} if os.stat(f"/dev/shm/{name}").st_ino not in mapped else set()
+            except FileNotFoundError:  # removed meanwhile
+                pass
+        return left
+
+    first = unmapped()
+    time.sleep(2)
+    return sorted(first & unmapped())
+
+
+def stop_and_check(proc, send, workers, shm_before, code):
+    """Stop the run (send()), then: it ends within 30 s with exit status `code`, one line saying why, a checkpoint
+    that --resume takes, no process of its left within 10 s (workers, resource tracker), nothing in /dev/shm."""
+    send()
+    sent = time.time()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err[-2000:]
+    assert "Traceback" not in err and "checkpoint saved; to go on: python dqn_atari_mp.py --resume" in out, (out, err)
+    assert all_gone(workers, within=sent + 10 - time.time()), "the workers and the resource tracker end with the run"
+    assert shm_left(shm_before) == []
+    return out, err
+
+
 def test_short_run_with_two_workers_then_nothing_left(tmp_path):
     proc = start(SMALL, tmp_path)
     workers = wait_for_workers(proc, 2)
@@ -180,33 +223,103 @@ def test_ctrl_c_while_the_workers_start_stops_quietly(tmp_path):
 
 
 def test_a_killed_worker_stops_the_run(tmp_path):
+    shm_before = set(os.listdir("/dev/shm"))
     proc = start(
         ["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000", "--workers-count", "3"],
         tmp_path,
     )
-    workers = wait_for_workers(proc, 3)
+    kids = wait_for_workers(proc, 3)
     wait_for_line(proc, "step ")
-    os.kill([pid for pid in workers if is_worker(pid)][1], signal.SIGKILL)
-    killed = time.time()
-    _, err = proc.communicate(timeout=60)  # not 1M steps: the run ends within seconds (4-5 here; a busy machine, more)
-    assert time.time() - killed < 30
-    assert proc.returncode not in (0, None)
-    assert "worker 1" in err and "SIGKILL" in err and "Traceback" not in err, err[-2000:]
-    assert all_gone(workers, within=killed + 30 - time.time())
+    victim = [pid for pid in kids if is_worker(pid)][1]
+    # not 1M steps: the run ends within seconds (4-5 here; a busy machine, more)
+    _, err = stop_and_check(proc, lambda: os.kill(victim, signal.SIGKILL), kids, shm_before, 1)
+    assert f"error: worker 1 (pid {victim}) died: killed by SIGKILL" in err, err[-2000:]
+
+
+def in_process_run(flags, monkeypatch, worker=None):
+    """dqn_atari_mp.main(flags) in this process, its worker replaced by a stand-in (tests/mp_helpers.py), the
+    stop signals' handlers as they were after; returns what it returned, or the SystemExit it raised."""
+    handlers = {signum: signal.getsignal(signum) for signum in plumbing.run.STOP_SIGNALS}
+    try:
+        with monkeypatch.context() as patch:
+            if worker is not None:
+                patch.setattr(dqn_atari_mp, "worker", worker)
+            return dqn_atari_mp.main(flags)
+    except SystemExit as exit_info:
+        return exit_info
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def check_failed_then_resumed(ended, what, in_tmp, monkeypatch, shm_before):
+    """A run ended by its worker 1 dying (`ended`, its SystemExit): one line naming it and how, no worker left,
+    nothing in /dev/shm, and a checkpoint that --resume takes on to a larger total with the real workers."""
+    assert isinstance(ended, SystemExit) and str(ended.code).startswith("error: worker 1 (pid "), ended
+    assert what in str(ended.code) and "\n" not in str(ended.code)
+    assert not [pid for pid in children(os.getpid()) if is_worker(pid)], "every worker stopped and reaped"
+    assert shm_left(shm_before) == []
+    run_dir = run_dir_of(in_tmp)
+    saved = plumbing.checkpoints.read_checkpoint(run_dir)["global_step"]
+    resumed = in_process_run(["--resume", run_dir, "--total-timesteps", str(saved + 200)], monkeypatch)
+    assert resumed == run_dir
+    assert saved + 200 <= read_scalars(run_dir)["charts/updates"][0][-1] < saved + 200 + 2 * dqn_atari_mp.SEND_BATCH
+
+
+SHORT = ["--total-timesteps", "1000000", "--learning-starts", "64", "--buffer-size", "4000", "--batch-size", "8"]
 
 
 def test_a_worker_exception_stops_the_run(in_tmp, monkeypatch, capfd):
-    monkeypatch.setattr(dqn_atari_mp, "worker", mp_helpers.worker_1_raises)
-    handler = signal.getsignal(signal.SIGINT)
-    started = time.time()
-    try:
-        with pytest.raises(SystemExit) as exit_info:
-            dqn_atari_mp.main(["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000"])
-    finally:
-        signal.signal(signal.SIGINT, handler)
-    assert "worker 1" in str(exit_info.value.code) and "exit code 1" in str(exit_info.value.code)
+    shm_before, started = set(os.listdir("/dev/shm")), time.time()
+    ended = in_process_run(SHORT, monkeypatch, mp_helpers.worker_1_raises)
     assert time.time() - started < 60
     assert "RuntimeError: worker 1 fails on purpose" in capfd.readouterr().err
+    check_failed_then_resumed(ended, "died: exit code 1", in_tmp, monkeypatch, shm_before)
+
+
+def test_a_worker_killed_holding_the_queues_lock_stops_the_run(in_tmp, monkeypatch):
+    """Worker 1 dies holding the queue's write lock (a semaphore: nobody releases it): no message can go out
+    any more, yet the learner, waiting 1 s at most for one, sees the death and ends the run, and the other
+    worker, whose queue thread waits for the lock forever, still exits when told."""
+    shm_before, started = set(os.listdir("/dev/shm")), time.time()
+    ended = in_process_run(SHORT, monkeypatch, mp_helpers.worker_1_dies_holding_the_queues_lock)
+    assert time.time() - started < 60
+    check_failed_then_resumed(ended, "died: killed by SIGKILL", in_tmp, monkeypatch, shm_before)
+
+
+def test_a_message_on_the_queue_is_written_whole_or_not_at_all():
+    """A worker's message, pickled as the queue pickles it, with its 4-byte header, fits in one write of at
+    most PIPE_BUF bytes (512 on macOS, 4,096 on Linux), which a kill cannot cut in half."""
+    worst = (2**63 - 1, 2**63 - 1)  # (worker, batch number): python ints, whatever their size here
+    assert 4 + len(multiprocessing.reduction.ForkingPickler.dumps(worst)) <= 508
+
+
+def test_every_transition_reaches_the_replay_once_in_its_workers_order(in_tmp, monkeypatch):
+    """Workers whose frame n shows n % 256 (tests/mp_helpers.py's CountingGames), a learner slowed by its
+    updates so that the workers wait for their slots: each worker's column of the replay holds its steps
+    0, 1, 2... in order, none lost, none twice."""
+    added = collections.defaultdict(list)
+
+    def recorded_add(self, col, frames, *rest, real=dqn_atari_mp.ReplayMemory.add):
+        added[col].append(frames[:, 0, 0].copy())
+        real(self, col, frames, *rest)
+
+    monkeypatch.setattr(dqn_atari_mp.ReplayMemory, "add", recorded_add)
+    flags = ["--total-timesteps", "3000", "--learning-starts", "64", "--learn-steps-period", "1", "--buffer-size", "4000"]
+    run_dir = in_process_run(flags + ["--workers-count", "3"], monkeypatch, mp_helpers.worker_counting)
+    assert isinstance(run_dir, str), run_dir
+    assert sorted(added) == [0, 1, 2]
+    for frames in added.values():
+        seen = np.concatenate(frames)
+        np.testing.assert_array_equal(seen, np.arange(len(seen)) % 256)
+    assert sum(len(np.concatenate(frames)) for frames in added.values()) >= 3000
+
+
+def test_a_batch_out_of_its_workers_turn_ends_the_run():
+    copied = [3, 0]
+    assert dqn_atari_mp.out_of_turn(None, copied) is None and dqn_atari_mp.out_of_turn((0, 3), copied) is None
+    assert dqn_atari_mp.out_of_turn((0, 4), copied) == "worker 0 sent batch 4 where batch 3 was due"
+    assert dqn_atari_mp.out_of_turn((1, 1), copied) == "worker 1 sent batch 1 where batch 0 was due"
 
 
 @pytest.mark.parametrize(
@@ -236,12 +349,85 @@ def test_bad_input_from_the_command_line(tmp_path):
 
 
 def test_workers_do_not_outlive_a_killed_learner(tmp_path):
+    shm_before = set(os.listdir("/dev/shm"))
     proc = start(["--total-timesteps", "1000000", "--learning-starts", "100000", "--buffer-size", "4000"], tmp_path)
-    workers = [pid for pid in wait_for_workers(proc, 2) if is_worker(pid)]
+    kids = wait_for_workers(proc, 2)
     wait_for_line(proc, "step ")
     proc.kill()  # SIGKILL: the learner cannot tell anyone
     proc.wait()
-    assert all_gone(workers, within=10), "orphaned workers notice and exit"
+    assert all_gone(kids, within=10), "orphaned workers notice and exit, and the resource tracker after them"
+    # multiprocessing's resource tracker removes the queue's semaphores once every process that had them has gone
+    assert shm_left(shm_before) == []
+
+
+PHASES = {"warm-up": ["--learning-starts", "1000000"], "learning": ["--learning-starts", "64"]}
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_stop_signal_in_either_phase_saves_and_leaves_nothing(signum, phase, tmp_path):
+    """Ctrl-C reaches the whole process group (a terminal's job), kill only the learner: in the warm-up
+    (workers seldom waiting) or in learning (workers waiting for their slots)."""
+    shm_before = set(os.listdir("/dev/shm"))
+    flags = ["--total-timesteps", "1000000", "--buffer-size", "4000", "--batch-size", "8", *PHASES[phase]]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "dqn_atari_mp.py"), *flags],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+    )
+    try:
+        kids = wait_for_workers(proc, 2)
+        wait_for_line(proc, "updates 0" if phase == "warm-up" else "step ")
+        if phase == "learning":
+            while "updates 0 " in wait_for_line(proc, "step "):
+                pass
+        send = (lambda: os.killpg(proc.pid, signum)) if signum == signal.SIGINT else (lambda: proc.send_signal(signum))
+        stop_and_check(proc, send, kids, shm_before, 128 + signum)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_closed_terminal_in_either_phase_saves_and_leaves_nothing(phase, tmp_path):
+    """The run in a terminal of its own (a pty), which is then closed: SIGHUP for the learner, and printing
+    to the terminal fails from then on, for the workers too. The run still saves and exits 129."""
+    import pty
+    import select
+
+    shm_before = set(os.listdir("/dev/shm"))
+    flags = ["--total-timesteps", "1000000", "--buffer-size", "4000", "--batch-size", "8", *PHASES[phase]]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: straight into the script, in the terminal's session
+        os.chdir(tmp_path)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a user's terminal, though pytest may run under nohup
+        os.dup2(os.open(os.path.join(tmp_path, "stderr.txt"), os.O_WRONLY | os.O_CREAT), 2)
+        os.execv(sys.executable, [sys.executable, os.path.join(ROOT, "dqn_atari_mp.py"), *flags])
+    try:
+        output, deadline, waited = b"", time.time() + 120, (0, 0)
+        wanted = re.compile(rb"updates 0 " if phase == "warm-up" else rb"updates [1-9]")
+        while not wanted.search(output) and time.time() < deadline:
+            if select.select([terminal], [], [], 1)[0]:
+                output += os.read(terminal, 10_000)
+        kids = children(pid)
+        assert wanted.search(output) and sum(map(is_worker, kids)) == 2, output
+        os.close(terminal)  # the terminal is closed: its session gets SIGHUP
+        closed = time.time()
+        while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.time() < closed + 30:
+            time.sleep(0.1)
+        assert waited[0] == pid, "the run went on after its terminal closed"
+        err = open(os.path.join(tmp_path, "stderr.txt")).read()
+        assert os.waitstatus_to_exitcode(waited[1]) == 128 + signal.SIGHUP and "Traceback" not in err, err[-2000:]
+        assert plumbing.checkpoints.read_checkpoint(run_dir_of(tmp_path))["script"] == "dqn_atari_mp.py"
+        assert all_gone(kids, within=closed + 10 - time.time()), "the workers and the resource tracker end with the run"
+        assert shm_left(shm_before) == []
+    finally:
+        if waited[0] != pid:  # not ended (or not reaped yet)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
 def test_the_smallest_replay_accepted_learns_and_ends(tmp_path):
@@ -293,7 +479,7 @@ def test_stop_workers_kills_and_reaps_a_worker_that_does_not_stop(monkeypatch):
     for process in stubborn:
         process.start()
     stop, started = context.RawValue("b", 0), time.time()
-    dqn_atari_mp.stop_workers([], stubborn, stop)
+    dqn_atari_mp.stop_workers(stubborn, stop)
     assert stop.value and time.time() - started < 5
     time.sleep(0.5)  # time for a kill not waited for to land: its process would be a zombie by now
     for process in stubborn:
