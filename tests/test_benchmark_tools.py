@@ -438,7 +438,10 @@ def fake_pyplot(panels):
     def subplots(rows, cols, figsize, squeeze):
         row = [FakeAxes() for _ in range(cols)]
         panels.extend(row)
-        return types.SimpleNamespace(tight_layout=lambda: None, savefig=lambda path, dpi: open(path, "w").close()), [row]
+        figure = types.SimpleNamespace(
+            tight_layout=lambda **kwargs: None, transFigure=None, savefig=lambda path, dpi: open(path, "w").close()
+        )
+        return figure, [row]
 
     return types.SimpleNamespace(subplots=subplots)
 
@@ -706,6 +709,9 @@ def test_compare_draws_the_curves_with_matplotlib(sweep, tmp_path):
         "dqn_atari (1 env, K=4), 2 seeds",
         "dqn_atari_vec (8 envs, K=4), 2 seeds",
     ]
+    plt.gcf().canvas.draw()
+    legend = by_steps.get_legend().get_window_extent()
+    assert all(legend.y1 < axes.get_window_extent().y0 for axes in (by_steps, by_updates))  # below the panels: on no curve
     plt.close("all")
 
 
