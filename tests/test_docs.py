@@ -76,7 +76,7 @@ def parser_of(script, monkeypatch):
 
 def test_every_command_in_the_docs_names_a_script_here_and_its_flags_parse(monkeypatch, capsys):
     commands = [(doc, script, flags) for doc, script, flags in doc_commands() if script != "pqn_atari_envpool.py"]
-    assert len(commands) > 80  # README.md gives a few, docs/ and the docstrings the rest: the reading found them
+    assert len(commands) > 80  # README.md gives a few, docs/, experiments/ and the docstrings the rest: the reading found them
     parsers, refused = {}, []
     for doc, script, flags in commands:
         after_runs = flags[flags.index("--runs") + 1 :] if "--runs" in flags else []
@@ -116,3 +116,16 @@ def test_every_link_between_the_docs_finds_its_file_and_heading():
                 broken.append(f"{doc}: {link}")
     assert links > 30  # the README links to docs/ and the results folders: the reading found them
     assert not broken, "\n".join(broken)
+
+
+def test_the_readme_opens_on_the_set_up_and_stays_short():
+    """A learner's README: its two set-up commands (a first run, the whole suite as CI runs it) in its first 25 lines,
+    at most 1,300 words; the research is experiments/README.md's."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    head = text.splitlines()[:25]
+    for command in (
+        "python dqn_atari_mp.py --workers-count 2",
+        "python -m pytest tests -q -n 2 --dist loadscope --durations=15",
+    ):
+        assert any(line.endswith(command) for line in head), command
+    assert len(text.split()) <= 1300
