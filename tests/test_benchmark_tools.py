@@ -1,4 +1,5 @@
-"""benchmark/sweep.py and benchmark/compare.py on small real runs, and on hand-made results CSVs."""
+"""The tools: experiments/sweep.py and experiments/compare.py on small real runs, and on hand-made results CSVs; the
+speed tools (experiments/) and the developers' checks (benchmark/) on their errors and stops."""
 
 import json
 import os
@@ -15,17 +16,28 @@ import numpy as np
 import pytest
 from conftest import ROOT, assert_refused, descendants, read_scalars, refused_before_this, run_bad
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))  # the developers' checks, stopping.py
+sys.path.insert(0, os.path.join(ROOT, "experiments"))  # the research tools
 import compare  # noqa: E402
 import sweep as sweep_tool  # noqa: E402
+
+pytestmark = pytest.mark.tools  # the tools' tests: -m "not tools" leaves them out
 
 SMALL = "--learning-starts 300 --buffer-size 2000 --batch-size 8 --eval-episodes 1"
 GOOD = [f"dqn_atari.py {SMALL}", f"dqn_atari_vec.py {SMALL} --envs-count 2 --learn-steps-period 2"]
 
 
+TOOL_FOLDERS = {name: folder for folder in ("benchmark", "experiments") for name in os.listdir(os.path.join(ROOT, folder))}
+
+
+def tool_path(tool):
+    """A tool's file: experiments/ (the research tools) or benchmark/ (the developers' checks)."""
+    return os.path.join(ROOT, TOOL_FOLDERS[tool], tool)
+
+
 def run_tool(tool, *args, timeout=120):
     return subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmark", tool), *map(str, args)],
+        [sys.executable, tool_path(tool), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -90,7 +102,7 @@ def test_sweep_refuses_an_entry_its_script_refuses_before_any_run(in_tmp, capsys
 def test_the_sweep_checks_its_entries_in_a_process_of_its_own(tmp_path):
     # The checks import the scripts, torch with them (some 200 MB): a sweep of hours should not keep that
     code = (
-        f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'benchmark')!r}); import sweep\n"
+        f"import sys; sys.path[:0] = {[os.path.join(ROOT, 'experiments'), os.path.join(ROOT, 'benchmark')]!r}; import sweep\n"
         f"try: sweep.main(['--out', {str(tmp_path)!r}, '--runs', 'ppo_atari.py --num-minibatches 5000'])\n"
         "except SystemExit as stop: print(stop.code, 'torch' in sys.modules)"
     )
@@ -101,7 +113,7 @@ def test_the_sweep_checks_its_entries_in_a_process_of_its_own(tmp_path):
 def test_ctrl_c_while_the_entries_are_checked_ends_the_sweep_cleanly_with_no_run(tmp_path):
     # Ctrl-C reaches the whole process group, the checker process too: the sweep takes the stop, no traceback
     sweep = subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "benchmark", "sweep.py"), "--out", tmp_path, "--runs", "dqn_atari.py"],
+        [sys.executable, tool_path("sweep.py"), "--out", tmp_path, "--runs", "dqn_atari.py"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -165,7 +177,7 @@ def test_ctrl_c_stops_the_sweep_and_its_run_with_a_checkpoint_and_sums_up_then_i
     """Ctrl-C reaches the sweep alone (each run has a session of its own): it starts no more runs, hands
     the signal on once to the one running, which saves a checkpoint, and sums up; exit status 130.
     The same sweep run again goes on with that run from its checkpoint, in its directory and log."""
-    command = [sys.executable, os.path.join(ROOT, "benchmark", "sweep.py"), "--out", str(tmp_path), "--seeds", "1", "2"]
+    command = [sys.executable, tool_path("sweep.py"), "--out", str(tmp_path), "--seeds", "1", "2"]
     command += ["--total-timesteps", "1000000", "--runs", f"dqn_atari.py {SMALL}"]
     log = tmp_path / "logs" / "01_dqn_atari_seed1.log"
 
@@ -426,7 +438,10 @@ def fake_pyplot(panels):
     def subplots(rows, cols, figsize, squeeze):
         row = [FakeAxes() for _ in range(cols)]
         panels.extend(row)
-        return types.SimpleNamespace(tight_layout=lambda: None, savefig=lambda path, dpi: open(path, "w").close()), [row]
+        figure = types.SimpleNamespace(
+            tight_layout=lambda **kwargs: None, transFigure=None, savefig=lambda path, dpi: open(path, "w").close()
+        )
+        return figure, [row]
 
     return types.SimpleNamespace(subplots=subplots)
 
@@ -532,7 +547,7 @@ def test_compare_plot_with_wall_clock_draws_the_second_panel_against_minutes(tmp
 
 
 def hand_made(folder, name, games, steps=4000, **flags):
-    """A results CSV as docs/results/README.md describes it; games: (step, return, seconds)."""
+    """A results CSV as experiments/results/README.md describes it; games: (step, return, seconds)."""
     params = {"exp_name": "dqn_atari", "seed": "1", "env_id": "PongNoFrameskip-v4", **{k: str(v) for k, v in flags.items()}}
     if params["exp_name"].startswith("dqn"):  # the flags of the DQN scripts only
         params = {"learning_starts": "80000", "learn_steps_period": "4", **params}
@@ -694,6 +709,9 @@ def test_compare_draws_the_curves_with_matplotlib(sweep, tmp_path):
         "dqn_atari (1 env, K=4), 2 seeds",
         "dqn_atari_vec (8 envs, K=4), 2 seeds",
     ]
+    plt.gcf().canvas.draw()
+    legend = by_steps.get_legend().get_window_extent()
+    assert all(legend.y1 < axes.get_window_extent().y0 for axes in (by_steps, by_updates))  # below the panels: on no curve
     plt.close("all")
 
 
@@ -712,7 +730,7 @@ def test_compare_refuses_a_csv_whose_hyperparameters_are_no_table(tmp_path, caps
     path = tmp_path / "run.csv"
     path.write_text(re.sub(r"# hyperparameters: .*", "# hyperparameters: []", path.read_text()))
     assert refused(compare.main, [str(path)], capsys) == (
-        f"argument RUN: {path} is not a results CSV (see docs/results/README.md): "
+        f"argument RUN: {path} is not a results CSV (see experiments/results/README.md): "
         "ValueError('its hyperparameters line holds no table of flags')"
     )
 
@@ -745,7 +763,7 @@ def test_cleanrl_speed_refuses_a_missing_python_or_script_and_reads_a_runs_rate(
     proc = run_tool("cleanrl_speed.py", "--cleanrl-python", sys.executable, "--cleanrl-script", tmp_path / "no.py")
     assert proc.returncode == 2 and "argument --cleanrl-script: no file" in proc.stderr
     # a run's rate: the steps between its second and last losses/td_loss over their wall-clock seconds
-    import cleanrl_speed  # from benchmark/, on the path (above)
+    import cleanrl_speed  # from experiments/, on the path (above)
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -759,7 +777,7 @@ def test_cleanrl_speed_refuses_a_missing_python_or_script_and_reads_a_runs_rate(
 
 
 def test_cleanrl_speed_refuses_what_would_fail_after_a_run_and_keeps_earlier_logs(in_tmp, monkeypatch, capsys):
-    import cleanrl_speed  # from benchmark/, on the path (above)
+    import cleanrl_speed  # from experiments/, on the path (above)
 
     (in_tmp / "plain.py").write_text("")  # a file, but no program
     (in_tmp / "cleanrl_speed_logs").mkdir()
@@ -786,7 +804,7 @@ def test_cleanrl_speed_refuses_what_would_fail_after_a_run_and_keeps_earlier_log
 def test_dqn_speed_refuses_a_thread_count_below_one_and_splits_the_loops_time_into_its_parts():
     proc = run_tool("dqn_speed.py", "--threads-counts", 2, 0)
     assert proc.returncode == 2 and "argument --threads-counts" in proc.stderr and "Traceback" not in proc.stderr
-    import dqn_speed  # from benchmark/, on the path (above)
+    import dqn_speed  # from experiments/, on the path (above)
 
     built = {"update": 20.0, "+ 4 acting passes": 23.5, "+ 4 game steps": 26.0}
     assert dqn_speed.each_part(built) == pytest.approx({"update": 20.0, "+ 4 acting passes": 3.5, "+ 4 game steps": 2.5})
@@ -797,7 +815,7 @@ def test_dqn_speed_refuses_a_bad_setting_before_any_run_and_gives_each_500_updat
     and flags it takes, checked before the first measurement; each is timed over 500 updates at least."""
     vec = "dqn_atari_vec.py --envs-count 8 --learn-steps-period 32 --batch-size 256"
     mp = "dqn_atari_mp.py --workers-count 2 --learn-steps-period 16 --batch-size 128"
-    assert run_bad("benchmark/dqn_speed.py", ["--settings", vec, "ppo_atari.py --envs-count 8"], in_tmp) == (
+    assert run_bad("experiments/dqn_speed.py", ["--settings", vec, "ppo_atari.py --envs-count 8"], in_tmp) == (
         "dqn_speed.py: error: argument --settings: 'ppo_atari.py --envs-count 8' does not start with a DQN script: "
         "dqn_atari.py, dqn_atari_vec.py, dqn_atari_mp.py"
     )
@@ -888,7 +906,7 @@ def test_compare_refuses_a_plot_it_cannot_write_and_an_export_file_before_readin
     )
     assert refused(compare.main, [run, "--reach", "nan"], capsys) == "argument --reach: must be a finite score, got nan"
     # by the command line too
-    assert run_bad("benchmark/compare.py", [run, "--plot", "out.txt"], in_tmp).startswith(
+    assert run_bad("experiments/compare.py", [run, "--plot", "out.txt"], in_tmp).startswith(
         "compare.py: error: argument --plot: out.txt: matplotlib writes only ."
     )
 
@@ -905,7 +923,9 @@ def test_compare_without_matplotlib_prints_the_table_and_refuses_only_plot(in_tm
 
 
 def test_sweep_refuses_bad_runs_budget_seeds_and_folders_before_starting(in_tmp, monkeypatch, capsys):
-    assert run_bad("benchmark/sweep.py", ["--runs", ""], in_tmp).startswith("sweep.py: error: argument --runs: an empty entry")
+    assert run_bad("experiments/sweep.py", ["--runs", ""], in_tmp).startswith(
+        "sweep.py: error: argument --runs: an empty entry"
+    )
     monkeypatch.setattr(subprocess, "Popen", not_now)  # (after run_bad: it runs the tool in a subprocess)
     (in_tmp / "afile").write_text("")
     run = ["--runs", "dqn_atari.py"]
@@ -916,7 +936,7 @@ def test_sweep_refuses_bad_runs_budget_seeds_and_folders_before_starting(in_tmp,
         'argument --runs: "x \'unterminated" cannot be split as a shell would: No closing quotation'
     )
     assert refused(sweep_tool.main, [*run, "--out", "afile"], capsys) == "argument --out: afile is a file, not a folder"
-    for script in ("./dqn_atari.py", os.path.join(ROOT, "dqn_atari.py"), "benchmark/compare.py", "README.md"):
+    for script in ("./dqn_atari.py", os.path.join(ROOT, "dqn_atari.py"), "experiments/compare.py", "README.md"):
         assert refused(sweep_tool.main, ["--runs", script], capsys) == (
             f"argument --runs: {script!r} is not one of the scripts, named without a folder: dqn_atari.py, "
             "dqn_atari_vec.py, dqn_atari_mp.py, a2c_batched.py, ppo_atari.py, pqn_atari.py"
@@ -954,10 +974,10 @@ def test_benchmarks_refuse_bad_numbers_and_folders_before_starting(in_tmp, monke
         "mp_kill.py: error: argument --seed: must be in [0, 2**30 - --tries] = [0, 1,073,741,774], got -5"
     )
     # ppo_speed.py: 10**5 threads crashed the emulator; 10**9 iterations' actions need terabytes
-    assert run_bad("benchmark/ppo_speed.py", ["--threads", str(os.cpu_count() + 1)], in_tmp) == (
+    assert run_bad("experiments/ppo_speed.py", ["--threads", str(os.cpu_count() + 1)], in_tmp) == (
         f"ppo_speed.py: error: argument --threads: must be at most the {os.cpu_count()} cores here, got {os.cpu_count() + 1}"
     )
-    assert run_bad("benchmark/ppo_speed.py", ["--iterations", "10001"], in_tmp) == (
+    assert run_bad("experiments/ppo_speed.py", ["--iterations", "10001"], in_tmp) == (
         "ppo_speed.py: error: argument --iterations: must be at most 10,000, got 10001"
     )
     monkeypatch.setattr(subprocess, "Popen", not_now)  # no run of a script starts (subprocess.run too)
@@ -1020,9 +1040,9 @@ def test_a_stopped_tool_ends_in_one_line_and_leaves_nothing_behind(signum, tmp_p
     """Every tool but sweep.py (its own) ends through stopping.run_until_stopped: kill and a closed terminal as
     Ctrl-C, its cleanup run (here checkpoint_pause.py's run directory, some 35 MB, deleted); no traceback."""
     for tool in ("checkpoint_pause", "cleanrl_speed", "dqn_speed", "gpu_check", "mp_kill", "ppo_speed", "resume_kill"):
-        with open(os.path.join(ROOT, "benchmark", f"{tool}.py")) as f:
+        with open(tool_path(f"{tool}.py")) as f:
             assert f.read().endswith("    sys.exit(run_until_stopped(main))\n"), tool
-    command = [sys.executable, os.path.join(ROOT, "benchmark", "checkpoint_pause.py"), "--buffer-size", "1000"]
+    command = [sys.executable, tool_path("checkpoint_pause.py"), "--buffer-size", "1000"]
     command += ["--save-every", "500", "--checkpoints", "100", "--rate", "100", "--dir", str(tmp_path)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while "ring filled" not in proc.stdout.readline():  # the ring's checkpoints first; then the paced steps

@@ -1,4 +1,4 @@
-"""The commands the README and docs/ give still run: each script or tool they name is here and takes
+"""The commands the README, docs/ and experiments/ give still run: each script or tool they name is here and takes
 their flags, values included (a flag renamed or a range narrowed would leave a reader a command that
 fails). Nothing is run: each command is read by its script's own argument parser. And every link
 between the docs finds its file and its heading."""
@@ -15,14 +15,21 @@ import sys
 import pytest
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))  # the developers' checks
+sys.path.insert(0, os.path.join(ROOT, "experiments"))  # the research tools
 
 FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 INLINE = re.compile(r"`([^`]+)`")
-COMMAND = re.compile(r"python3? ((?:benchmark/)?[a-z_0-9]+\.py)\b(.*)")
+COMMAND = re.compile(r"python3? ((?:benchmark/|experiments/)?[a-z_0-9]+\.py)\b(.*)")
 # A doc's placeholders, read as a value of the right kind: seed N, RUN_DIR... (one or more run directories)
 PLACEHOLDERS = {"N": "1", "RUN_DIR...": "RUN_DIR"}
-OURS = sorted(glob.glob("*.py", root_dir=ROOT) + glob.glob("benchmark/*.py", root_dir=ROOT))
+OURS = sorted(
+    glob.glob("*.py", root_dir=ROOT)
+    + glob.glob("benchmark/*.py", root_dir=ROOT)
+    + glob.glob("experiments/*.py", root_dir=ROOT)
+)
+DOCS = ["README.md", *sorted(glob.glob("docs/**/*.md", root_dir=ROOT, recursive=True))]
+DOCS += sorted(glob.glob("experiments/**/*.md", root_dir=ROOT, recursive=True))
 
 
 def flags_of(rest):
@@ -31,10 +38,10 @@ def flags_of(rest):
 
 
 def doc_commands():
-    """(doc, script, its flags) of each `python SCRIPT ...` in a code block or inline code of README.md and docs/,
-    and in the docstrings of the scripts and tools."""
+    """(doc, script, its flags) of each `python SCRIPT ...` in a code block or inline code of README.md, docs/ and
+    experiments/, and in the docstrings of the scripts and tools."""
     commands = []
-    for doc in ["README.md", *sorted(glob.glob("docs/**/*.md", root_dir=ROOT, recursive=True))]:
+    for doc in DOCS:
         text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
         blocks = [re.sub(r"\\\n\s*", " ", block) for block in FENCED.findall(text)]  # a line continued by \
         lines = [line for block in blocks for line in block.splitlines()]
@@ -69,7 +76,7 @@ def parser_of(script, monkeypatch):
 
 def test_every_command_in_the_docs_names_a_script_here_and_its_flags_parse(monkeypatch, capsys):
     commands = [(doc, script, flags) for doc, script, flags in doc_commands() if script != "pqn_atari_envpool.py"]
-    assert len(commands) > 80  # README.md gives a few, docs/ and the docstrings the rest: the reading found them
+    assert len(commands) > 80  # README.md gives a few, docs/, experiments/ and the docstrings the rest: the reading found them
     parsers, refused = {}, []
     for doc, script, flags in commands:
         after_runs = flags[flags.index("--runs") + 1 :] if "--runs" in flags else []
@@ -97,7 +104,7 @@ def anchors(doc):
 
 def test_every_link_between_the_docs_finds_its_file_and_heading():
     broken, links = [], 0
-    for doc in ["README.md", *sorted(glob.glob("docs/**/*.md", root_dir=ROOT, recursive=True))]:
+    for doc in DOCS:
         text = open(os.path.join(ROOT, doc), encoding="utf-8").read()
         for link in re.findall(r"\]\(([^)\s]+)\)", text):
             if link.startswith(("http://", "https://")):
@@ -109,3 +116,16 @@ def test_every_link_between_the_docs_finds_its_file_and_heading():
                 broken.append(f"{doc}: {link}")
     assert links > 30  # the README links to docs/ and the results folders: the reading found them
     assert not broken, "\n".join(broken)
+
+
+def test_the_readme_opens_on_the_set_up_and_stays_short():
+    """A learner's README: its two set-up commands (a first run, the whole suite as CI runs it) in its first 25 lines,
+    at most 1,300 words; the research is experiments/README.md's."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    head = text.splitlines()[:25]
+    for command in (
+        "python dqn_atari_mp.py --workers-count 2",
+        "python -m pytest tests -q -n 2 --dist loadscope --durations=15",
+    ):
+        assert any(line.endswith(command) for line in head), command
+    assert len(text.split()) <= 1300

@@ -1,4 +1,4 @@
-"""benchmark/gpu_check.py, CPU only, so that the GPU check cannot rot.
+"""experiments/gpu_check.py, CPU only, so that the GPU check cannot rot.
 
 Every run pays torch's start-up, so the suite runs the whole check, with its table of worker
 counts, on dqn_atari_mp.py alone (3 runs), and checks in-process that every script takes the
@@ -17,10 +17,13 @@ import types
 import pytest
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))  # stopping.py
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
 import gpu_check as gpu_check_module  # noqa: E402
 
 import plumbing.evaluation  # noqa: E402
+
+pytestmark = pytest.mark.tools  # the tools' tests: -m "not tools" leaves them out
 
 SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py", "a2c_batched.py", "ppo_atari.py", "pqn_atari.py"]
 
@@ -30,7 +33,7 @@ def gpu_check(args, tmp_path, env=None):
     os.makedirs(tmp_path / "tmp")
     env = dict(os.environ if env is None else env, TMPDIR=str(tmp_path / "tmp"))
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmark", "gpu_check.py"), *args],
+        [sys.executable, os.path.join(ROOT, "experiments", "gpu_check.py"), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
