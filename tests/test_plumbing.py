@@ -180,7 +180,7 @@ FULL_DISK_RUN = ["--total-timesteps", "500", "--save-every", "100", "--learning-
 FULL_DISK_RUN += ["--batch-size", "4", "--save-model"]
 
 
-@pytest.mark.parametrize("what", ["checkpoint", "model", "replay"])
+@pytest.mark.parametrize("what", ["checkpoint", "model", "replay", "events"])
 def test_a_full_disk_ends_the_run_in_one_line_and_resume_goes_on_from_the_last_checkpoint(what, in_tmp, monkeypatch, capsys):
     """A write that finds the disk full (ENOSPC) mid-run, of the checkpoint, the model or one of the replay's
     files (written in the background): one line naming it and the checkpoint left whole, exit status 1, nothing
@@ -203,9 +203,19 @@ def test_a_full_disk_ends_the_run_in_one_line_and_resume_goes_on_from_the_last_c
             raise OSError(errno.ENOSPC, "No space left on device", path)
         return real_write_rows(path, arrays)
 
+    def add_scalar(self, tag, *args, **kwargs):
+        calls.append(tag)
+        if tag == "charts/episodic_return" and len(failed) == 0 and glob.glob(f"{self.log_dir}/checkpoint.pt"):
+            failed.append(self.file_writer.event_writer._file_name)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_add_scalar(self, tag, *args, **kwargs)
+
+    real_add_scalar = plumbing.run.SummaryWriter.add_scalar
     with monkeypatch.context() as full_disk:
         if what == "replay":
             full_disk.setattr(plumbing.checkpoints, "write_rows", write_rows)
+        elif what == "events":  # TensorBoard's thread found the disk full: its writer raises at the next call
+            full_disk.setattr(plumbing.run.SummaryWriter, "add_scalar", add_scalar)
         else:
             full_disk.setattr(torch, "save", save)
         with pytest.raises(SystemExit) as stopped:
