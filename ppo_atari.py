@@ -278,7 +278,7 @@ def main(argv=None):
                 logits, values = agent(obs)
             run.stop_if_diverged(logits, global_step)  # nan never comes back: stop now
             rollout_cut_short = global_step >= args.total_timesteps or run.stopped  # by the run's end, a stop or nan
-            if rollout_cut_short:  # (before the step: it would act on nan) it is not learnt from
+            if rollout_cut_short:  # checked before the step is played: it is not learnt from
                 break
             dist = Categorical(logits=logits)
             actions = dist.sample()

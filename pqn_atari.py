@@ -284,7 +284,7 @@ def main(argv=None):
             with torch.no_grad():
                 q_values = agent(obs)
             rollout_cut_short = global_step >= args.total_timesteps or run.stopped  # by the run's end, a stop or nan
-            if rollout_cut_short:  # (before the step: it would act on nan) it is not learnt from
+            if rollout_cut_short:  # checked before the step is played: it is not learnt from
                 break
             actions = epsilon_greedy_from_q_values(q_values, epsilon, rng)
             agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
