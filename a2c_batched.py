@@ -112,7 +112,7 @@ class AtariGames:
       that resets a finished game, which ignores its action.
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
       the whole game's real score and its length in the agent's steps.
-    How this compares with CleanRL's and envpool's setups: docs/experiments/README.md, section 1."""
+    How this compares with CleanRL's and envpool's setups: docs/atari_setup.md."""
 
     def __init__(self, env_id, envs_count, seed):
         self.envs = make_env(env_id, envs_count)
@@ -153,8 +153,6 @@ class AtariGames:
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
         self.agent_acts = np.array([not queue for queue in self.queued])
-        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state
-        # (as in CleanRL's DQN; its PPO and PQN end the episode there).
         return np.sign(rewards), terminations | life_lost, finished
 
 
@@ -246,7 +244,6 @@ def main(argv=None):
                 writer.add_scalar("charts/episodic_return", score, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.returns.append(score)
-            run.show(global_step, updates)
         rollout_cut_short = len(actor_losses) < args.rollout_length  # by the run's end or a stop: it is not learnt from
         if rollout_cut_short:
             break
@@ -266,7 +263,7 @@ def main(argv=None):
         writer.add_scalar("losses/critic_loss", critic_loss_batch.item(), global_step)
         writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
 
-        run.save_every(global_step, updates)  # a checkpoint every --save-every steps: once a rollout, after its update
+        run.step_done(global_step, updates)  # the progress line; a checkpoint every --save-every steps, after an update
     games.envs.close()
     return run.end(agent, evaluate, global_step, updates)  # a checkpoint; with --save-model, evaluate's games
 

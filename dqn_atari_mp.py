@@ -15,7 +15,8 @@ learner waiting forever: docs/plumbing.md). The learner copies the slot out; a w
 
 The games are ale-py's AtariVectorEnv with one element, in the standard DeepMind setup that
 `AtariGames` keeps: learning sees rewards clipped to their sign and a lost life as an episode's
-end, while `charts/episodic_return` is the whole game's real score.
+end, while `charts/episodic_return` is the whole game's real score. A game cut at its time limit
+(108,000 frames) ends no episode for learning: the TD target bootstraps through it, as CleanRL's DQN's does.
 
 The DQN variants (diff any two): dqn_atari.py (the reference: one environment),
 dqn_atari_vec.py (`--envs-count` environments in one process) and dqn_atari_mp.py
@@ -89,17 +90,17 @@ def check_args(p, args):
     # the first update always finds stored transitions whose next frame is stored too.)
     if args.buffer_size < args.batch_size + STACK:
         p.error(f"argument --buffer-size: must be at least --batch-size + {STACK} = {args.batch_size + STACK}")
-    # In a full ring, all of an environment's rows can be sampled but these: the STACK - 1 oldest (frames of
-    # their stacks are overwritten), the newest (its next frame is not stored yet), steps played for the agent
-    # (usually up to 3 in a row, a game's reset and launch; more where a life or the game ends during them) and,
-    # after --resume, the last row before the stop (its next frame was never stored) and the new game's launch
-    # (2 rows). With fewer rows than those and one more, none might be left to sample: an update would wait forever.
+    # In a full ring, all of an environment's rows can be sampled but: the STACK - 1 oldest (frames of their stacks
+    # are overwritten), the newest (its next frame is not stored yet), steps played for the agent (usually up to 3 in
+    # a row, a game's reset and launch) and, after --resume, the last row before the stop (its next frame was never
+    # stored) and the new game's launch (2 rows). With no more rows than those, an update might find none to sample.
+    overwritten, newest, played_for_the_agent, resumed = STACK - 1, 1, 3, 1 + 2
     # And a worker's SEND_BATCH steps must fit in its column, or they would write over their own first steps.
-    min_rows = max((STACK - 1) + 1 + 3 + 1 + 2 + 1, SEND_BATCH)
+    min_rows = max(overwritten + newest + played_for_the_agent + resumed + 1, SEND_BATCH)
     if args.buffer_size // args.workers_count < min_rows:
         p.error(f"argument --buffer-size: must be at least {min_rows} * --workers-count = {min_rows * args.workers_count}")
     plumbing.check_replay(p, args, workers_bytes)  # beside the workers in memory, and on disk for --resume
-    if args.eval_model is None and args.learning_starts >= args.total_timesteps:  # allowed (benchmarks time the acting alone)
+    if args.eval_model is None and args.learning_starts >= args.total_timesteps:
         plumbing.note(
             f"--learning-starts {args.learning_starts:,} is not below --total-timesteps {args.total_timesteps:,}: "
             f"this run only plays; it will not learn"
@@ -148,7 +149,7 @@ class AtariGames:
       that resets a finished game, which ignores its action.
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
       the whole game's real score and its length in the agent's steps.
-    How this compares with CleanRL's and envpool's setups: docs/experiments/README.md, section 1."""
+    How this compares with CleanRL's and envpool's setups: docs/atari_setup.md."""
 
     def __init__(self, env_id, envs_count, seed):
         self.envs = make_env(env_id, envs_count)
@@ -189,8 +190,6 @@ class AtariGames:
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
         self.agent_acts = np.array([not queue for queue in self.queued])
-        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state
-        # (as in CleanRL's DQN; its PPO and PQN end the episode there).
         return np.sign(rewards), terminations | life_lost, finished
 
 
@@ -256,7 +255,8 @@ class ReplayMemory:
     Row t, column e holds what environment e saw at its t-th step: the observation's newest frame,
     the action, the clipped reward, whether the episode ended there for learning (`dones`), whether
     it is a transition (`agent_acted`: not a step played for the agent) and whether the frame opened an
-    episode (`firsts`): there the episode's first frame stands in for the frames before it."""
+    episode (`firsts`): there the episode's first frame stands in for the frames before it.
+    What --resume reads of it (rename none of these): plumbing/checkpoints.py, REPLAY_FIELDS."""
 
     def __init__(self, capacity, envs_count):
         self.rows = capacity // envs_count
@@ -472,8 +472,7 @@ def main(argv=None):
             writer.add_scalar("charts/episodic_return", score, global_step)
             writer.add_scalar("charts/episodic_length", length, global_step)
             run.returns.append(score)
-        run.show(global_step, updates, {"charts/epsilon": epsilon, "charts/updates": updates})
-        run.save_every(global_step, updates)
+        run.step_done(global_step, updates, {"charts/epsilon": epsilon})
     stop_workers(workers, stop)
     return run.end(q_network, evaluate, global_step, updates, failure)  # a checkpoint; with --save-model, evaluate's games
 

@@ -16,7 +16,7 @@ The games are `--envs-count` Atari games stepped together by ale-py's AtariVecto
 standard DeepMind setup that `AtariGames` keeps: learning sees rewards clipped to their sign and a
 lost life as an episode's end, while `charts/episodic_return` is the whole game's real score. The
 steps it plays for the agent (a reset, a launch, FIRE after a lost life) add no loss.
-They also stop that backward pass.
+They also stop that backward pass; a game cut at its time limit does not: it bootstraps (CleanRL's PPO stops there).
 
 Diff it against: a2c_batched.py (one gradient step per rollout on the one-step TD advantage).
 
@@ -129,7 +129,7 @@ class AtariGames:
       that resets a finished game, which ignores its action.
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
       the whole game's real score and its length in the agent's steps.
-    How this compares with CleanRL's and envpool's setups: docs/experiments/README.md, section 1."""
+    How this compares with CleanRL's and envpool's setups: docs/atari_setup.md."""
 
     def __init__(self, env_id, envs_count, seed):
         self.envs = make_env(env_id, envs_count)
@@ -170,8 +170,6 @@ class AtariGames:
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
         self.agent_acts = np.array([not queue for queue in self.queued])
-        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state
-        # (as in CleanRL's DQN; its PPO and PQN end the episode there).
         return np.sign(rewards), terminations | life_lost, finished
 
 
@@ -279,6 +277,9 @@ def main(argv=None):
             with torch.no_grad():
                 logits, values = agent(obs)
             run.stop_if_diverged(logits, global_step)  # nan never comes back: stop now
+            rollout_cut_short = global_step >= args.total_timesteps or run.stopped  # by the run's end, a stop or nan
+            if rollout_cut_short:  # checked before the step is played: it is not learnt from
+                break
             dist = Categorical(logits=logits)
             actions = dist.sample()
             agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
@@ -295,10 +296,6 @@ def main(argv=None):
                 writer.add_scalar("charts/episodic_return", score, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.returns.append(score)
-            run.show(global_step, updates)
-            rollout_cut_short = step < args.rollout_length - 1 and (global_step >= args.total_timesteps or run.stopped)
-            if rollout_cut_short:  # by the run's end or a stop: it is not learnt from
-                break
         if rollout_cut_short:
             break
 
@@ -320,8 +317,7 @@ def main(argv=None):
             for mb in torch.tensor_split(agent_steps[torch.randperm(len(agent_steps))], args.num_minibatches):
                 # index_select copies whole observations, several times faster than b_obs[mb]
                 new_logits, new_values = agent(b_obs.index_select(0, mb))
-                run.stop_if_diverged(new_logits, global_step)  # nan never comes back: stop now
-                new_dist = Categorical(logits=new_logits)
+                new_dist = Categorical(logits=new_logits, validate_args=False)  # nan or inf passes: the loss's check below
                 log_ratio = new_dist.log_prob(b_actions[mb]) - b_logprobs[mb]
                 ratio = log_ratio.exp()
                 with torch.no_grad():  # two estimates of KL(pi_old || pi_new); the second is never negative, less noisy
@@ -330,19 +326,20 @@ def main(argv=None):
                 mb_advantages = b_advantages[mb]
                 if args.norm_adv:  # by the minibatch's population std (CleanRL: the sample std, n - 1; 0.2% apart)
                     mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std(correction=0) + 1e-8)
-                actor_loss_batch = clipped_surrogate_loss(mb_advantages, ratio, args.clip_coef)
+                policy_loss = clipped_surrogate_loss(mb_advantages, ratio, args.clip_coef)
                 critic_loss = (new_values - b_returns[mb]) ** 2
                 if args.clip_vloss:
                     clipped_values = b_values[mb] + (new_values - b_values[mb]).clamp(-args.clip_coef, args.clip_coef)
                     critic_loss = torch.max(critic_loss, (clipped_values - b_returns[mb]) ** 2)
                 critic_loss_batch = 0.5 * critic_loss.mean()
                 entropy_batch = new_dist.entropy().mean()
-                loss = actor_loss_batch + args.vf_coef * critic_loss_batch - args.ent_coef * entropy_batch
+                loss = policy_loss + args.vf_coef * critic_loss_batch - args.ent_coef * entropy_batch
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
                 updates += 1
+                run.stop_if_diverged(loss, global_step)  # nan never comes back: stop now
                 if run.stopped:  # Ctrl-C or kill: no more minibatch steps; a checkpoint of those made
                     break
             if run.stopped or (args.target_kl is not None and approx_kl > args.target_kl):
@@ -353,14 +350,14 @@ def main(argv=None):
         explained_var = 1.0 - unexplained_var / returns_var if returns_var > 0 else np.nan
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", critic_loss_batch.item(), global_step)
-        writer.add_scalar("losses/policy_loss", actor_loss_batch.item(), global_step)
+        writer.add_scalar("losses/policy_loss", policy_loss.item(), global_step)
         writer.add_scalar("losses/entropy", entropy_batch.item(), global_step)
         writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
         writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
         writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
         writer.add_scalar("losses/explained_variance", float(explained_var), global_step)
 
-        run.save_every(global_step, updates)  # a checkpoint every --save-every steps: once a rollout, after its update
+        run.step_done(global_step, updates)  # the progress line; a checkpoint every --save-every steps, after an update
     games.envs.close()
     return run.end(agent, evaluate, global_step, updates)  # a checkpoint; with --save-model, evaluate's games
 

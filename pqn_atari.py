@@ -16,7 +16,7 @@ The games are `--envs-count` Atari games stepped together by ale-py's AtariVecto
 standard DeepMind setup that `AtariGames` keeps: learning sees rewards clipped to their sign and a
 lost life as an episode's end, while `charts/episodic_return` is the whole game's real score. The
 steps it plays for the agent (a reset, a launch, FIRE after a lost life) add no loss.
-They also stop that backward pass.
+They also stop that backward pass; a game cut at its time limit does not: it bootstraps (CleanRL's PQN stops there).
 
 Diff it against: ppo_atari.py (Q(lambda) in place of GAE, the TD loss in place of the clipped objective).
 
@@ -126,7 +126,7 @@ class AtariGames:
       that resets a finished game, which ignores its action.
     - For learning, rewards clipped to their sign and a lost life ends the episode; for the logs,
       the whole game's real score and its length in the agent's steps.
-    How this compares with CleanRL's and envpool's setups: docs/experiments/README.md, section 1."""
+    How this compares with CleanRL's and envpool's setups: docs/atari_setup.md."""
 
     def __init__(self, env_id, envs_count, seed):
         self.envs = make_env(env_id, envs_count)
@@ -167,8 +167,6 @@ class AtariGames:
         for e in np.flatnonzero(life_lost & ~game_over):
             self.queued[e] = self.queued[e] or [self.fire]
         self.agent_acts = np.array([not queue for queue in self.queued])
-        # A time-limit truncation is not a terminal: the TD target still bootstraps from the next state
-        # (as in CleanRL's DQN; its PPO and PQN end the episode there).
         return np.sign(rewards), terminations | life_lost, finished
 
 
@@ -285,6 +283,9 @@ def main(argv=None):
             epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
             with torch.no_grad():
                 q_values = agent(obs)
+            rollout_cut_short = global_step >= args.total_timesteps or run.stopped  # by the run's end, a stop or nan
+            if rollout_cut_short:  # checked before the step is played: it is not learnt from
+                break
             actions = epsilon_greedy_from_q_values(q_values, epsilon, rng)
             agent_acted = games.send(actions.cpu().numpy())  # False where the step is played for the agent: no transition
             global_step += np.count_nonzero(agent_acted)  # the agent's steps, as CleanRL's DQN and PPO count them
@@ -300,10 +301,6 @@ def main(argv=None):
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.returns.append(score)
                 writer.add_scalar("charts/avg_episodic_return", np.mean(list(run.returns)[-20:]), global_step)  # CleanRL's too
-            run.show(global_step, updates, {"charts/epsilon": epsilon})
-            rollout_cut_short = step < args.rollout_length - 1 and (global_step >= args.total_timesteps or run.stopped)
-            if rollout_cut_short:  # by the run's end or a stop: it is not learnt from
-                break
         if rollout_cut_short:
             break
 
@@ -328,16 +325,16 @@ def main(argv=None):
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
                 updates += 1
+                run.stop_if_diverged(loss, global_step)  # nan never comes back: stop now
                 if run.stopped:  # Ctrl-C or kill: no more minibatch steps; a checkpoint of those made
                     break
             if run.stopped:
                 break
-        run.stop_if_diverged(loss, global_step)  # nan never comes back: stop now
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/td_loss", loss.item(), global_step)
         writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
 
-        run.save_every(global_step, updates)  # a checkpoint every --save-every steps: once a rollout, after its update
+        run.step_done(global_step, updates, {"charts/epsilon": epsilon})  # the progress line; a checkpoint, after an update
     games.envs.close()
     return run.end(agent, evaluate, global_step, updates)  # a checkpoint; with --save-model, evaluate's games
 

@@ -1,8 +1,11 @@
-"""Checkpoints for --resume, the replay memory's files, the saved model. Nothing here changes what is
-learnt: a checkpoint holds what the script handed over (networks, optimizer, random streams, replay)
-and gives it back bit for bit."""
+"""Checkpoints for --resume, the replay memory's files, the saved model, the lock on a run's directory.
+Nothing here changes what is learnt: a checkpoint holds what the script handed over (networks, optimizer,
+random streams, replay) and gives it back bit for bit. The first of the package's modules: it imports none
+of the others (flags.py imports it, evaluation.py flags.py, run.py all three)."""
 
 import collections
+import contextlib
+import errno
 import os
 import random
 import shutil
@@ -11,19 +14,25 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from plumbing import flags
-from plumbing.flags import CHANGEABLE, CHECKPOINT
-
+CHECKPOINT = "checkpoint.pt"
 FORMAT = 2  # a checkpoint of an earlier version of the scripts (none, or another number) is refused, not misread
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT}  # a write that fails with these stops the run (Checkpoints.writing)
 
 
 def save_atomically(data, path):
     """torch.save into PATH.tmp, on disk (fsync), renamed over PATH: a kill at any moment, even of the
-    machine, leaves the old file or the new one, whole."""
-    with open(path + ".tmp", "wb") as f:  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
-        torch.save(data, f)
-        f.flush()
-        os.fsync(f.fileno())
+    machine, leaves the old file or the new one, whole; so does a failed write (a full disk): PATH.tmp goes."""
+    try:
+        with open(path + ".tmp", "wb") as f:  # 'NAME.pt.tmp': no '*.pt' pattern takes it for a model
+            torch.save(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.remove(path + ".tmp")
+        if isinstance(error, OSError):
+            error.filename = path  # what could not be written
+        raise
     os.replace(path + ".tmp", path)  # atomic: the old file or the new one, nothing in between
     sync_dir(os.path.dirname(path))
 
@@ -48,6 +57,31 @@ def sync_dir(path):
     os.close(fd)
 
 
+HELD_RUN_DIRS = {}  # the run directories this process holds -> the descriptor that holds each
+
+
+def hold_run_dir(run_dir):
+    """Take RUN_DIR for as long as this process lives; False where another holds it (two writing one run's
+    checkpoints would spoil them). flock's lock on the directory (Linux, macOS) goes when the process ends,
+    kill -9 too, so a crashed run can be resumed; without one (Windows, or refused) the run goes unguarded."""
+    path = os.path.realpath(run_dir)
+    if path in HELD_RUN_DIRS:
+        return True
+    try:
+        import fcntl
+
+        descriptor = os.open(path, os.O_RDONLY)
+    except (ImportError, OSError):
+        return True
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as refusal:
+        os.close(descriptor)
+        return not isinstance(refusal, BlockingIOError)  # BlockingIOError: another process holds it
+    HELD_RUN_DIRS[path] = descriptor
+    return True
+
+
 def read_checkpoint(run_dir):
     """RUN_DIR's checkpoint, read with weights_only (tensors, numbers, strings and containers: nothing in
     a run directory can run code), or None where it is truncated or not a checkpoint at all."""
@@ -64,7 +98,9 @@ class Checkpoints:
     with --save-model the network alone too, NAME.pt (a finished run that goes on keeps it, writes NAME_2.pt).
     It holds the networks, the optimizer, numpy's Generator, the global random streams (numpy's, torch's,
     python's), the step and update counts, the last 100 scores, the flags and the replay's files' names:
-    only what torch.load(weights_only=True) reads."""
+    only what torch.load(weights_only=True) reads. Weights of nan or inf are never saved, and a write that
+    finds the disk full leaves the last checkpoint whole: either stops the run (run.stop_if_diverged,
+    run.disk_full) and the script's loop ends; nothing here ends the process."""
 
     def __init__(self, run, actions_count, network, optimizer, target_network, rng, replay):
         self.run, self.args, self.script, self.run_dir, self.actions_count = run, run.args, run.script, run.dir, actions_count
@@ -72,24 +108,44 @@ class Checkpoints:
         self.replay = replay  # (the target network, the Generator and the replay: None where the script has none)
         self.path, self.model_path = os.path.join(run.dir, CHECKPOINT), os.path.join(run.dir, f"{run.args.exp_name}.pt")
         self.saved_step = 0
+        self.last_checkpoint = None  # the step of the last checkpoint on disk, --resume's to go on from; None: none yet
+
+    @contextlib.contextmanager
+    def writing(self):
+        """A write that finds the disk full (or the quota used up) stops the run with what it was writing
+        (run.disk_full); any other error goes on up."""
+        try:
+            yield
+        except OSError as error:
+            if error.errno not in DISK_FULL:
+                raise
+            self.run.disk_full(error.filename or self.run_dir)
 
     def save_every(self, step, updates):
-        if self.replay is not None:
-            self.replay.keep_up()
-        if step // self.args.save_every > self.saved_step // self.args.save_every:
+        """The replay's new files as it fills, and a checkpoint every --save-every steps; nothing once the run failed."""
+        if self.run.failure is not None:
+            return
+        with self.writing():
+            if self.replay is not None:
+                self.replay.keep_up()
+        if step // self.args.save_every > self.saved_step // self.args.save_every and self.run.failure is None:
             self.save(step, updates)
 
     def save(self, step, updates, finished=False):
+        """Write the checkpoint (and with --save-model the model); False where it was not: weights of nan or
+        inf (--resume would diverge again) or a full disk, which stop the run, the last checkpoint as it was."""
         weights = torch.stack([w.detach().abs().max() for w in self.network.parameters()])  # nan or inf if any is
-        self.run.stop_if_diverged(weights, step)  # --resume would diverge again
+        if self.run.stop_if_diverged(weights, step):
+            return False
         model = {"script": self.script, "env_id": self.args.env_id, "actions_count": int(self.actions_count)}
         model["state_dict"] = self.network.state_dict()
         checkpoint = dict(script=self.script, format=FORMAT, args=vars(self.args), global_step=step, updates=updates)
-        if finished and not self.args.keep_checkpoint:  # the run's end: only what tells --resume that it has finished
+        resumable = not finished or self.args.keep_checkpoint
+        if not resumable:  # the run's end: only what tells --resume that it has finished
             checkpoint |= dict(finished=True, resumable=False, replay=None, files=[])
         else:  # a model too (--eval-model plays it), and where --save-model writes: NAME.pt, or NAME_2.pt...
             checkpoint |= model | dict(model_file=os.path.basename(self.model_path), finished=finished, resumable=True)
-            numpy_state, replay, target_network, rng = np.random.get_state(), self.replay, self.target_network, self.rng
+            numpy_state, target_network, rng = np.random.get_state(), self.target_network, self.rng
             checkpoint["optimizer"] = self.optimizer.state_dict()
             checkpoint["target_network"] = None if target_network is None else target_network.state_dict()
             checkpoint["generator"] = None if rng is None else rng.bit_generator.state
@@ -98,14 +154,18 @@ class Checkpoints:
             checkpoint["cuda_random"] = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []  # CUDA's only
             checkpoint["python_random"] = random.getstate()
             checkpoint["returns"] = [float(score) for score in self.run.returns]
-            checkpoint["replay"] = None if replay is None else replay.save()  # its files' names, written as it fills
-            checkpoint["files"] = [] if replay is None else replay.files()  # (path, size): checked before a resume starts
-        if self.args.save_model:  # first: a kill between the two leaves the last checkpoint to go on from;
-            save_atomically(model, self.model_path)  # the other way round, at the end, a finished run without its model
-        save_atomically(plain(checkpoint), self.path)
-        if self.replay is not None:
-            self.replay.saved(checkpoint["replay"])
-        self.saved_step = step
+        with self.writing():
+            if resumable:
+                checkpoint["replay"] = None if self.replay is None else self.replay.save()  # its files' names
+                checkpoint["files"] = [] if self.replay is None else self.replay.files()  # (path, size): checked by --resume
+            if self.args.save_model:  # first: a kill between the two leaves the last checkpoint to go on from;
+                save_atomically(model, self.model_path)  # the other way round, at the end, a finished run without its model
+            save_atomically(plain(checkpoint), self.path)
+            if self.replay is not None:
+                self.replay.saved(checkpoint["replay"])
+            self.saved_step, self.last_checkpoint = step, step if resumable else None
+            return True
+        return False
 
     def restore(self, checkpoint):
         """--resume: everything as the checkpoint saved it, bit for bit; the step and update counts."""
@@ -123,7 +183,7 @@ class Checkpoints:
         if torch.cuda.is_available() and len(checkpoint["cuda_random"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(checkpoint["cuda_random"])
         random.setstate(checkpoint["python_random"])
-        step, saved_args, ends = checkpoint["global_step"], checkpoint["args"], 1
+        step, ends = checkpoint["global_step"], 1
         self.model_path = os.path.join(self.run_dir, checkpoint["model_file"])
         while checkpoint["finished"] and os.path.exists(self.model_path):  # a finished run goes on: its model stays
             ends += 1
@@ -131,20 +191,14 @@ class Checkpoints:
         if self.replay is not None:
             self.replay.load(checkpoint["replay"])
         self.run.returns.extend(checkpoint["returns"])  # the mean return goes on over the same last 100 games
-        self.saved_step = step
-        changed = [
-            f", --{k.replace('_', '-')} {v} (was {saved_args[k]})"
-            for k, v in vars(self.args).items()
-            if k in CHANGEABLE and saved_args.get(k, v) != v
-        ]
-        print(f"{self.run_dir}: resumed at step {step:,}" + "".join(changed), flush=True)
+        self.saved_step = self.last_checkpoint = step
         return step, checkpoint["updates"]
 
     def finish(self, step, updates):
         """The run's end: the last checkpoint, and with --keep-checkpoint all of it (the replay's files
-        too): --resume with a larger --total-timesteps can then go on. Without, the replay's files go."""
-        self.save(step, updates, finished=True)
-        if self.replay is not None and not self.args.keep_checkpoint:
+        too): --resume with a larger --total-timesteps can then go on. Without, the replay's files go
+        (not where the checkpoint could not be written: the last one still needs them)."""
+        if self.save(step, updates, finished=True) and self.replay is not None and not self.args.keep_checkpoint:
             self.replay.delete()
 
 
@@ -152,43 +206,69 @@ CHUNK_TRANSITIONS = 8192  # the replay goes to disk 8,192 transitions (58 MB) at
 REPLAY_BYTES_PER_TRANSITION = 84 * 84 + 1 + 1 + 3  # a frame, action, reward, 3 flags
 
 
-def check_replay(p, args, others_bytes=0):
-    """The DQN scripts' replay memory: it must fit in the free memory, less OTHERS_BYTES (the games' or the
-    workers'), and its files for --resume on the disk; --save-every must not make too many of them."""
-    needed, free = args.buffer_size * REPLAY_BYTES_PER_TRANSITION, flags.available_memory_bytes()
-    free = None if free is None else free - others_bytes
-    if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay
-        p.error(
-            f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
-            f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // REPLAY_BYTES_PER_TRANSITION:,}"
-        )
-    # Each checkpoint writes the rows since the last into a file (one a column where they come at each column's pace)
-    # and goes over all the ring's files: more than 1,000 would slow the run, more as the ring fills
-    if args.save_every * 1000 < args.buffer_size:
-        p.error(f"argument --save-every: must be at least --buffer-size / 1,000 = {-(-args.buffer_size // 1000):,}")
-    # On disk, for --resume (ReplayFiles): the ring's files, those of the rows since the last checkpoint
-    # (the files it names stay till the next one is on disk: up to a ring more), and two files' slack.
-    needed = (args.buffer_size + min(args.buffer_size, args.save_every) + 2 * CHUNK_TRANSITIONS) * REPLAY_BYTES_PER_TRANSITION
-    where = args.resume or ("runs" if os.path.isdir("runs") else ".")
-    replay_dir = os.path.join(where, "replay")
-    needed -= sum(entry.stat().st_size for entry in os.scandir(replay_dir)) if os.path.isdir(replay_dir) else 0
-    if needed > (free := shutil.disk_usage(where).free) and args.eval_model is None:
-        p.error(
-            f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs up to {needed / 2**30:.1f} GiB "
-            f"on disk for --resume, but only {free / 2**30:.1f} GiB is free in {os.path.abspath(where)}"
-        )
+# The contract a script's replay memory keeps for --resume: ReplayFiles reads these of it, and nothing else.
+# A ring of `rows` rows and one column an environment (or worker); `pos` and `full` say where its next row
+# goes and whether it has gone round: one number and one bool for all its columns, filled at once, or one of
+# each per column (numpy arrays of shape (columns,), dqn_atari_mp.py's: its workers fill theirs at their own
+# pace). Renaming one, or changing its shape, breaks --resume: Run.start refuses such a replay, naming it.
+REPLAY_FIELDS = {
+    "frames": "an array of (rows, columns, ...): each row's newest frame",
+    "actions": "an array of (rows, columns): the action taken",
+    "rewards": "an array of (rows, columns): the clipped reward",
+    "dones": "an array of (rows, columns): the episode ended there, for learning",
+    "agent_acted": "an array of (rows, columns): a transition, not a step played for the agent",
+    "firsts": "an array of (rows, columns): the frame opened an episode",
+    "rows": "an integer: the ring's length, frames.shape[0]",
+    "pos": "the next row: an integer, or an integer array of (columns,), one a column",
+    "full": "the ring has gone round: a bool, or a bool array of (columns,) (as pos)",
+}
+ARRAY_FIELDS = ["frames", "actions", "rewards", "dones", "agent_acted", "firsts"]  # written to the files, in this order
+
+
+def replay_problem(replay):
+    """What of REPLAY_FIELDS the replay lacks or holds otherwise, in one line; None where it keeps the contract."""
+
+    def broken(name):
+        return f"--resume needs the replay's `{name}`, {REPLAY_FIELDS[name]} (see plumbing/checkpoints.py, REPLAY_FIELDS)"
+
+    for name in REPLAY_FIELDS:
+        if not hasattr(replay, name):
+            return broken(name)
+    if not isinstance(replay.rows, (int, np.integer)) or np.ndim(replay.frames) < 2 or replay.frames.shape[0] != replay.rows:
+        return broken("rows" if np.ndim(replay.frames) >= 2 else "frames")
+    columns = replay.frames.shape[1]
+    for name in ARRAY_FIELDS:
+        if not isinstance(getattr(replay, name), np.ndarray) or getattr(replay, name).shape[:2] != (replay.rows, columns):
+            return broken(name)
+    if isinstance(replay.pos, np.ndarray):  # one a column
+        if replay.pos.shape != (columns,) or replay.pos.dtype.kind not in "iu":
+            return broken("pos")
+        if not isinstance(replay.full, np.ndarray) or replay.full.shape != (columns,) or replay.full.dtype != bool:
+            return broken("full")
+    elif not isinstance(replay.pos, (int, np.integer)):
+        return broken("pos")
+    elif not isinstance(replay.full, (bool, np.bool_)):
+        return broken("full")
+    return None
 
 
 def write_rows(path, arrays):
     """Arrays one after the other in .npy format (np.load reads them back in turn), in blocks of rows:
-    a slice of the ring needs no copy of its own. Then fsync: whole on disk before a checkpoint names it."""
-    with open(path, "wb") as f:
-        for array in arrays:
-            np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
-            for start in range(0, len(array), 1024):
-                f.write(np.ascontiguousarray(array[start : start + 1024]).data)
-        f.flush()
-        os.fsync(f.fileno())
+    a slice of the ring needs no copy of its own. Then fsync: whole on disk before a checkpoint names it.
+    A write that fails (a full disk) leaves no part of the file, and says which it was."""
+    try:
+        with open(path, "wb") as f:
+            for array in arrays:
+                np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+                for start in range(0, len(array), 1024):
+                    f.write(np.ascontiguousarray(array[start : start + 1024]).data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        error.filename = path
+        raise
 
 
 class ReplayFiles:
@@ -196,14 +276,15 @@ class ReplayFiles:
     into files under RUN_DIR/replay as they come (up to CHUNK_TRANSITIONS and a quarter of the ring a file,
     written in a background thread, never modified); a checkpoint writes the rows since the last file and
     names the files that hold the ring then, from which alone --resume rebuilds it. A file all overwritten
-    goes once a checkpoint that does not name it is on disk. A ring with one position (replay.pos a number)
-    fills its columns at once; one with a position per column (dqn_atari_mp.py's: a worker each), files per column."""
+    goes once a checkpoint that does not name it is on disk. What it reads of the replay: REPLAY_FIELDS. A ring
+    with one position (replay.pos a number) fills its columns at once; one with a position per column
+    (dqn_atari_mp.py's: a worker each) has files per column."""
 
     def __init__(self, replay, run_dir, batch_rows=1):
         self.replay, self.run_dir = replay, run_dir
         columns = replay.frames.shape[1]
         self.chunk_rows = max(1, min(CHUNK_TRANSITIONS // columns, replay.rows // 4))
-        self.each_column = np.ndim(replay.pos) > 0
+        self.each_column = isinstance(replay.pos, np.ndarray)  # a position per column (REPLAY_FIELDS)
         self.parts = [slice(None)] if not self.each_column else list(range(columns))  # a file's columns
         # A ring so small (a test's) that its rows not yet in a file and a batch of rows can go round it:
         # its position cannot tell how many rows came in, so each checkpoint writes it whole instead.
@@ -213,7 +294,7 @@ class ReplayFiles:
         self.named, self.retired = set(), []  # named by the last checkpoint; of those, the ones the next will not name
         self.count = 0  # files written: the next one's number
         self.thread, self.writing = ThreadPoolExecutor(max_workers=1), None  # writing the newest file
-        self.fields = replay.frames, replay.actions, replay.rewards, replay.dones, replay.agent_acted, replay.firsts
+        self.fields = [getattr(replay, name) for name in ARRAY_FIELDS]
 
     def position(self, part):
         """The part's ring position and whether it is full."""

@@ -1,8 +1,8 @@
 """Watching a saved model: playing its evaluation games (the script's `evaluate`), logging and filming them.
-Nothing here changes what is learnt: the evaluation runs after training, or instead of it."""
+Nothing here changes what is learnt: the evaluation runs after training, or instead of it. It imports flags.py
+(the game's ROM name); run.py, which imports it, ends the games at once on Ctrl-C (run.play_evaluation)."""
 
 import os
-import signal
 
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
@@ -13,14 +13,6 @@ from plumbing.flags import rom_name
 def evaluate_and_log(network, evaluate, args, run_dir, writer, device, model_path=""):
     """Play --eval-episodes whole games (recorded with --capture-video); print and log their scores, as
     eval/episodic_return, or eval_2/... for the model NAME_2.pt of a finished run that went on."""
-    from plumbing.run import STOP_SIGNALS, on_stop_signal, stop_signals
-
-    writer.flush()
-    for signum in STOP_SIGNALS:  # only games are left, nothing to save: Ctrl-C, kill or a closed terminal
-        if signal.getsignal(signum) is on_stop_signal:  # ends them at once, as by default (nohup's SIGHUP stays ignored)
-            signal.signal(signum, signal.SIG_DFL)
-            if signum in stop_signals:  # one that came before, as the model loaded: it ends them now
-                signal.raise_signal(signum)
     video_dir = os.path.join(run_dir, "videos") if args.capture_video else None
     evaluations = 1
     while video_dir and os.path.exists(video_dir):  # a finished run resumed: the earlier evaluation's videos stay

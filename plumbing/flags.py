@@ -1,6 +1,7 @@
 """The run's flags, their checks, and --resume's flags read back from a checkpoint. Nothing here changes what
 is learnt: these decide where a run is written, what it keeps, how it is watched, and refuse bad input (exit
-status 2, one line naming the flag and what it allows) before any long work starts."""
+status 2, one line naming the flag and what it allows) before any long work starts. It imports checkpoints.py
+(--resume reads the checkpoint; the replay's files need room on disk) and no other of the package's modules."""
 
 import argparse
 import os
@@ -11,6 +12,9 @@ import sys
 
 import torch
 from ale_py import roms
+
+from plumbing import checkpoints
+from plumbing.checkpoints import CHECKPOINT, FORMAT, hold_run_dir, read_checkpoint
 
 
 def number_type(kind, is_allowed, allowed):
@@ -36,8 +40,6 @@ non_negative_float = number_type(float, lambda value: 0 <= value <= 3.4e38, "a n
 probability = number_type(float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
 # ALE takes seeds below 2**31; the games take seed + i and the evaluation seed + 100: room is left for them
 seed_number = number_type(int, lambda value: 0 <= value <= 2**30, "an integer in [0, 2**30]")
-
-CHECKPOINT = "checkpoint.pt"
 
 
 def experiment_name(text):
@@ -191,6 +193,34 @@ def check_memory(p, args, flag, needed, what):
         p.error(f"argument {flag}: {what} need {needed / 2**30:.1f} GiB but only {free / 2**30:.1f} GiB of memory is free")
 
 
+def check_replay(p, args, others_bytes=0):
+    """The DQN scripts' replay memory: it must fit in the free memory, less OTHERS_BYTES (the games' or the
+    workers'), and its files for --resume on the disk; --save-every must not make too many of them."""
+    per_transition, chunk = checkpoints.REPLAY_BYTES_PER_TRANSITION, checkpoints.CHUNK_TRANSITIONS
+    needed, free = args.buffer_size * per_transition, available_memory_bytes()
+    free = None if free is None else free - others_bytes
+    if free is not None and needed > free and args.eval_model is None:  # watching a saved model needs no replay
+        p.error(
+            f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs {needed / 2**30:.1f} GiB "
+            f"but only {free / 2**30:.1f} GiB of memory is free; lower it below {free // per_transition:,}"
+        )
+    # Each checkpoint writes the rows since the last into a file (one a column where they come at each column's pace)
+    # and goes over all the ring's files: more than 1,000 would slow the run, more as the ring fills
+    if args.save_every * 1000 < args.buffer_size:
+        p.error(f"argument --save-every: must be at least --buffer-size / 1,000 = {-(-args.buffer_size // 1000):,}")
+    # On disk, for --resume (ReplayFiles): the ring's files, those of the rows since the last checkpoint
+    # (the files it names stay till the next one is on disk: up to a ring more), and two files' slack.
+    needed = (args.buffer_size + min(args.buffer_size, args.save_every) + 2 * chunk) * per_transition
+    where = args.resume or ("runs" if os.path.isdir("runs") else ".")
+    replay_dir = os.path.join(where, "replay")
+    needed -= sum(entry.stat().st_size for entry in os.scandir(replay_dir)) if os.path.isdir(replay_dir) else 0
+    if needed > (free := shutil.disk_usage(where).free) and args.eval_model is None:
+        p.error(
+            f"argument --buffer-size: a replay of {args.buffer_size:,} transitions needs up to {needed / 2**30:.1f} GiB "
+            f"on disk for --resume, but only {free / 2**30:.1f} GiB is free in {os.path.abspath(where)}"
+        )
+
+
 # The flags a resumed run may change; any other given beside --resume with a new value is refused.
 CHANGEABLE = ["total_timesteps", "save_every", "save_model", "keep_checkpoint", "cuda", "capture_video", "eval_episodes"]
 CHANGEABLE += ["eval_epsilon"]
@@ -199,8 +229,6 @@ CHANGEABLE += ["eval_epsilon"]
 def resumed_args(p, argv, run_dir, script):
     """--resume: the flags the run's checkpoint saved, but the CHANGEABLE ones given beside it. Another flag
     with a new value is refused, as is a run directory this script cannot go on with; nothing is written."""
-    from plumbing.checkpoints import FORMAT, read_checkpoint
-    from plumbing.run import hold_run_dir
 
     def refuse(why):
         p.error(f"argument --resume: {why}")

@@ -1,6 +1,7 @@
 """A run: its directory, TensorBoard (and W&B) logs, the progress line, stop signals, checkpoints, the end.
 Nothing here changes what is learnt: `Run.start` only saves and restores what the main loop hands it;
-the loop asks `run.stopped` whether Ctrl-C, kill or a closed terminal came."""
+the loop asks `run.stopped` whether Ctrl-C, kill or a closed terminal came, or the run failed (nan or inf,
+a full disk), and `run.end` ends the process. The last of the package's modules: it imports the other three."""
 
 import collections
 import multiprocessing.resource_tracker
@@ -15,8 +16,9 @@ import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from plumbing.checkpoints import Checkpoints, ReplayFiles, read_checkpoint
+from plumbing.checkpoints import DISK_FULL, Checkpoints, ReplayFiles, hold_run_dir, read_checkpoint, replay_problem
 from plumbing.evaluation import evaluate_and_log
+from plumbing.flags import CHANGEABLE
 
 # Ctrl-C (SIGINT), kill (SIGTERM) and a closed terminal (SIGHUP, not on Windows) once run as a script
 STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
@@ -36,6 +38,18 @@ def catch_stop_signals():
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN or signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, on_stop_signal)
+
+
+def play_evaluation(network, evaluate, args, run_dir, writer, device, model_path=""):
+    """evaluate_and_log's games, the logs flushed first: only games are left, nothing to save, so Ctrl-C, kill or
+    a closed terminal ends them at once, as by default (nohup's ignored SIGHUP stays ignored)."""
+    writer.flush()
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is on_stop_signal:
+            signal.signal(signum, signal.SIG_DFL)
+            if signum in stop_signals:  # one that came before, as the model loaded: it ends them now
+                signal.raise_signal(signum)
+    evaluate_and_log(network, evaluate, args, run_dir, writer, device, model_path)
 
 
 def start_workers(context, worker, count, *shared):
@@ -70,31 +84,6 @@ def new_run_dir(run_name):
     return run_dir
 
 
-HELD_RUN_DIRS = {}  # the run directories this process holds -> the descriptor that holds each
-
-
-def hold_run_dir(run_dir):
-    """Take RUN_DIR for as long as this process lives; False where another holds it (two writing one run's
-    checkpoints would spoil them). flock's lock on the directory (Linux, macOS) goes when the process ends,
-    kill -9 too, so a crashed run can be resumed; without one (Windows, or refused) the run goes unguarded."""
-    path = os.path.realpath(run_dir)
-    if path in HELD_RUN_DIRS:
-        return True
-    try:
-        import fcntl
-
-        descriptor = os.open(path, os.O_RDONLY)
-    except (ImportError, OSError):
-        return True
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as refusal:
-        os.close(descriptor)
-        return not isinstance(refusal, BlockingIOError)  # BlockingIOError: another process holds it
-    HELD_RUN_DIRS[path] = descriptor
-    return True
-
-
 def start_wandb(args, run_dir):
     """--track: a W&B run as CleanRL's start it, mirroring TensorBoard (so before the writer opens), with the
     flags, the run directory's name and the code; its id is kept in the run directory for --resume to go on."""
@@ -118,6 +107,28 @@ def start_wandb(args, run_dir):
         sys.exit(f"error: --track: W&B did not start the run ({reason}). Or keep it on disk: WANDB_MODE=offline")
 
 
+class Logs:
+    """`run.writer`: TensorBoard's SummaryWriter, whose events a thread of its own writes; where that finds the
+    disk full, the next call here stops the run (run.disk_full) instead of raising in the script's loop."""
+
+    def __init__(self, writer, run):
+        self.writer, self.run = writer, run
+
+    def __getattr__(self, name):
+        method = getattr(self.writer, name)
+
+        def unless_the_disk_is_full(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except OSError as error:
+                if error.errno not in DISK_FULL:
+                    raise
+                events = getattr(getattr(getattr(self.writer, "file_writer", None), "event_writer", None), "_file_name", None)
+                self.run.disk_full(error.filename or events or f"{self.run.dir}'s TensorBoard events")
+
+        return unless_the_disk_is_full if callable(method) else method
+
+
 def time_left(steps_left, steps_per_second):
     """steps_left's time at steps_per_second, rounded down to the minute: '1h38m'; '?' where no step was made."""
     if steps_per_second <= 0:
@@ -134,6 +145,7 @@ class Run:
 
     def __init__(self, args, script, device):
         self.args, self.script, self.device = args, script, device
+        self.failure = None  # why the run must end, exit status 1 (nan or inf, a full disk): then `stopped`
         if args.resume is None:
             exp_name = args.exp_name + ("_eval" if args.eval_model else "")  # watching a saved agent: a run of its own kind
             self.dir = new_run_dir(f"{args.env_id.replace('/', '-')}__{exp_name}__{args.seed}__{int(time.time())}")
@@ -143,25 +155,37 @@ class Run:
             step = self.checkpoint["global_step"]
         if args.track:
             start_wandb(args, self.dir)
+        self.checkpoints = None  # made by start()
         # what was logged at the checkpoint's step itself came before the save
-        self.writer = SummaryWriter(self.dir, purge_step=None if self.checkpoint is None else step + 1)
+        self.writer = Logs(SummaryWriter(self.dir, purge_step=None if self.checkpoint is None else step + 1), self)
         table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
         self.writer.add_text("hyperparameters", table, step)  # a resumed run's at its first step: the flags it changed show
         self.returns = collections.deque(maxlen=100)  # the last 100 games' scores: the main loop adds each game's
-        self.checkpoints = None  # made by start()
 
     @property
     def stopped(self):
-        """Ctrl-C, kill or a closed terminal came: the main loop ends, and the run saves a checkpoint."""
-        return bool(stop_signals)
+        """Ctrl-C, kill or a closed terminal came, or the run failed: the main loop ends, and `run.end` ends the run."""
+        return bool(stop_signals) or self.failure is not None
 
     def start(self, actions_count, network, optimizer, target_network=None, rng=None, replay=None, replay_batch=1):
         """What checkpoints save (with the global random streams), handed over: the networks, the optimizer, numpy's
-        Generator, the replay (its files kept as it fills; replay_batch: the rows it takes at once, in each column).
-        Returns the step and update counts: 0, 0, or --resume's, with all these restored bit for bit (not the games)."""
+        Generator, the replay (its files kept as it fills; replay_batch: the rows it takes at once, in each column;
+        what it must hold: plumbing/checkpoints.py, REPLAY_FIELDS). Returns the step and update counts: 0, 0, or
+        --resume's, with all these restored bit for bit (not the games)."""
+        if replay is not None and (problem := replay_problem(replay)):
+            self.close_logs()
+            sys.exit(f"error: {problem}")
         replay_files = None if replay is None else ReplayFiles(replay, self.dir, replay_batch)
         self.checkpoints = Checkpoints(self, actions_count, network, optimizer, target_network, rng, replay_files)
         step, updates = self.checkpoints.restore(self.checkpoint)
+        if self.checkpoint is not None:
+            saved = self.checkpoint["args"]
+            changed = [
+                f", --{k.replace('_', '-')} {v} (was {saved[k]})"
+                for k, v in vars(self.args).items()
+                if k in CHANGEABLE and saved.get(k, v) != v
+            ]
+            print(f"{self.dir}: resumed at step {step:,}" + "".join(changed), flush=True)
         # steps/s from this process's first step on, from now (after --resume's loading of the replay: minutes maybe)
         self.first_step, self.start_time = step, time.time()
         self.last_print, self.recent_prints = self.start_time, collections.deque([(self.start_time, step)], maxlen=13)
@@ -169,9 +193,16 @@ class Run:
         print(f"{self.dir}: {self.args.env_id}, {self.args.total_timesteps:,} steps on {self.device}", flush=True)
         return step, updates
 
+    def step_done(self, step, updates, charts=()):
+        """The end of a step (a rollout's and its update's in A2C, PPO, PQN), the same call in every script:
+        every 5 s the progress line, charts/SPS and the charts given (and charts/updates where updates wait for
+        a warm-up: the DQN scripts'); every --save-every steps a checkpoint. Nothing here changes what is learnt."""
+        self.show(step, updates, charts)
+        self.checkpoints.save_every(step, updates)
+
     def show(self, step, updates, charts=()):
-        """Every 5 s a line (steps/s, time left, updates, the mean of `run.returns`), charts/SPS and the charts
-        given. Time left is at about the last minute's rate; once updates start after --learning-starts steps
+        """The progress line every 5 s (steps/s, time left, updates, the mean of `run.returns`) and its charts.
+        Time left is at about the last minute's rate; once updates start after --learning-starts steps
         (a warm-up several times faster), that rate starts again."""
         total = self.args.total_timesteps
         if time.time() - self.last_print > 5 or step >= total:
@@ -179,6 +210,8 @@ class Run:
             self.writer.add_scalar("charts/SPS", (step - self.first_step) / (self.last_print - self.start_time), step)
             for tag, value in dict(charts).items():
                 self.writer.add_scalar(tag, value, step)
+            if self.warm_up is not None:
+                self.writer.add_scalar("charts/updates", updates, step)
             self.recent_prints.append((self.last_print, step))
             rate = (step - self.recent_prints[0][1]) / (self.last_print - self.recent_prints[0][0])
             print(
@@ -192,19 +225,30 @@ class Run:
             self.last_print = time.time()
             self.recent_prints = collections.deque([(self.last_print, step)], maxlen=13)
 
-    def save_every(self, step, updates):
-        """A checkpoint every --save-every steps (the replay's files are written as it fills)."""
-        self.checkpoints.save_every(step, updates)
-
     def stop_if_diverged(self, result, step):
         """A loss or output of nan or inf: training has diverged (a learning rate too high?) and will not come back.
-        The run ends here, exit status 1, its last checkpoint as it was, not hours later or in a traceback."""
-        if not result.isfinite().all():
-            self.close_logs()
-            sys.exit(
-                f"error: nan or inf at step {step:,}: training diverged (is --learning-rate too high?); "
+        True, and the run stops (`stopped`): the loop ends before another update, no checkpoint is written, and
+        `run.end` exits with status 1 and one line, its last checkpoint as it was, not hours later or in a traceback."""
+        if result.isfinite().all():
+            return False
+        if self.failure is None:
+            self.failure = (
+                f"nan or inf at step {step:,}: training diverged (is --learning-rate too high?); "
                 f"{self.dir}'s last checkpoint, if any, is from before"
             )
+        return True
+
+    def disk_full(self, path):
+        """A write of PATH found the disk full: the run stops (`stopped`), writes nothing more, and `run.end` exits
+        with status 1 and one line saying what to do; the last checkpoint, and the replay's files it names, are whole."""
+        step = None if self.checkpoints is None else self.checkpoints.last_checkpoint
+        if step is None:
+            go_on = "there is no checkpoint to go on from: free some space, then start the run again"
+        else:
+            go_on = f"the last checkpoint, step {step:,}, is intact: free some space, then python {self.script} --resume "
+            go_on += shlex.quote(self.dir)
+        if self.failure is None:
+            self.failure = f"the disk is full: could not write {path}; {go_on}"
 
     def watch(self, network_class, evaluate):
         """--eval-model: play a saved model's games (model_error has checked it) and log them; no training."""
@@ -213,27 +257,32 @@ class Run:
         network = network_class(model["actions_count"]).to(device)
         network.load_state_dict(model["state_dict"])
         print(f"{self.dir}: {args.eval_episodes} games of {args.env_id} by {args.eval_model} on {device}", flush=True)
-        evaluate_and_log(network, evaluate, args, self.dir, self.writer, device)
+        play_evaluation(network, evaluate, args, self.dir, self.writer, device)
         self.close_logs()
         return self.dir
 
     def end(self, network, evaluate, step, updates, failure=None):
         """After the main loop: a checkpoint; unless stopped or failed, --save-model's evaluation (the script's
-        `evaluate`); exit 128 + the signal if stopped (130 Ctrl-C, 143 kill, 129 a closed terminal), 1 on a failure."""
+        `evaluate`); exit 128 + the signal if stopped (130 Ctrl-C, 143 kill, 129 a closed terminal), 1 on a failure
+        (dqn_atari_mp.py's dead worker, after a checkpoint; nan or inf, or a full disk, with nothing more written)."""
         checkpoints = self.checkpoints
-        if failure or stop_signals:  # a checkpoint, flushed logs, how to go on; no evaluation games
+        if self.failure is None and (failure or stop_signals):  # a checkpoint, flushed logs, how to go on; no evaluation
             if stop_signals:
                 print(f"stopped by {signal.Signals(stop_signals[0]).name} at step {step:,}", flush=True)
-            checkpoints.save(step, updates)
-            print(f"checkpoint saved; to go on: python {self.script} --resume {shlex.quote(self.dir)}", flush=True)
-        else:
+            if checkpoints.save(step, updates):
+                print(f"checkpoint saved; to go on: python {self.script} --resume {shlex.quote(self.dir)}", flush=True)
+        elif self.failure is None:
+            if self.recent_prints[-1][1] < step:  # the last progress line, at the run's end
+                self.show(step, updates)
             checkpoints.finish(step, updates)
-        if self.args.save_model:
+        if self.args.save_model and self.failure is None:
             path = checkpoints.model_path
             print(f"model saved to {path} (watch it: python {self.script} --eval-model {path})", flush=True)
-        if self.args.save_model and not (failure or stop_signals):
-            evaluate_and_log(network, evaluate, self.args, self.dir, self.writer, self.device, checkpoints.model_path)
+        if self.args.save_model and not (self.failure or failure or stop_signals):
+            play_evaluation(network, evaluate, self.args, self.dir, self.writer, self.device, checkpoints.model_path)
         self.close_logs()
+        if self.failure:
+            sys.exit(f"error: {self.failure}")
         if failure or stop_signals:
             sys.exit(f"error: {failure}; the other workers were stopped" if failure else 128 + stop_signals[0])
         return self.dir

@@ -211,7 +211,7 @@ def let_go_of_run_dirs():
     """A script holds each run directory it makes or resumes for as long as its process lives
     (hold_run_dir); the tests run many scripts' mains in one process: each test's are let go after it."""
     yield
-    held = getattr(sys.modules.get("plumbing.run"), "HELD_RUN_DIRS", {})
+    held = getattr(sys.modules.get("plumbing.checkpoints"), "HELD_RUN_DIRS", {})
     for descriptor in held.values():
         os.close(descriptor)  # (closing it lets go of its lock)
     held.clear()

@@ -540,7 +540,7 @@ def test_the_evaluation_leaves_nohups_sighup_ignored(script, in_tmp, monkeypatch
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         with torch.utils.tensorboard.SummaryWriter(str(in_tmp)) as writer:
             network = getattr(mod, NETWORK[script])(4)
-            plumbing.evaluation.evaluate_and_log(network, mod.evaluate, args, str(in_tmp), writer, torch.device("cpu"))
+            plumbing.run.play_evaluation(network, mod.evaluate, args, str(in_tmp), writer, torch.device("cpu"))
         now = {signum: signal.getsignal(signum) for signum in plumbing.run.STOP_SIGNALS}
     finally:
         for signum, handler in handlers.items():
