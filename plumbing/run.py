@@ -156,6 +156,7 @@ class Run:
         if args.track:
             start_wandb(args, self.dir)
         self.checkpoints = None  # made by start()
+        self.last_charts = ()  # the charts of the last step_done
         # what was logged at the checkpoint's step itself came before the save
         self.writer = Logs(SummaryWriter(self.dir, purge_step=None if self.checkpoint is None else step + 1), self)
         table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
@@ -198,6 +199,7 @@ class Run:
         every 5 s the progress line, charts/SPS and the charts given (and charts/updates where updates wait for
         a warm-up: the DQN scripts'); every --save-every steps a checkpoint. Nothing here changes what is learnt."""
         self.show(step, updates, charts)
+        self.last_charts = charts  # logged again at the run's last step, if a rollout cut short there comes after
         self.checkpoints.save_every(step, updates)
 
     def show(self, step, updates, charts=()):
@@ -273,7 +275,7 @@ class Run:
                 print(f"checkpoint saved; to go on: python {self.script} --resume {shlex.quote(self.dir)}", flush=True)
         elif self.failure is None:
             if self.recent_prints[-1][1] < step:  # the last progress line, at the run's end
-                self.show(step, updates)
+                self.show(step, updates, self.last_charts)
             checkpoints.finish(step, updates)
         if self.args.save_model and self.failure is None:
             path = checkpoints.model_path

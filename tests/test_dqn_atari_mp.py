@@ -305,14 +305,14 @@ def test_every_transition_reaches_the_replay_once_in_its_workers_order(in_tmp, m
         real(self, col, frames, *rest)
 
     monkeypatch.setattr(dqn_atari_mp.ReplayMemory, "add", recorded_add)
-    flags = ["--total-timesteps", "3000", "--learning-starts", "64", "--learn-steps-period", "1", "--buffer-size", "4000"]
-    run_dir = in_process_run(flags + ["--workers-count", "3"], monkeypatch, mp_helpers.worker_counting)
+    flags = ["--total-timesteps", "1500", "--learning-starts", "64", "--learn-steps-period", "1", "--buffer-size", "4000"]
+    run_dir = in_process_run(flags + ["--batch-size", "4", "--workers-count", "3"], monkeypatch, mp_helpers.worker_counting)
     assert isinstance(run_dir, str), run_dir
     assert sorted(added) == [0, 1, 2]
     for frames in added.values():
         seen = np.concatenate(frames)
         np.testing.assert_array_equal(seen, np.arange(len(seen)) % 256)
-    assert sum(len(np.concatenate(frames)) for frames in added.values()) >= 3000
+    assert sum(len(np.concatenate(frames)) for frames in added.values()) >= 1500
 
 
 def test_a_batch_out_of_its_workers_turn_ends_the_run():
