@@ -1,7 +1,6 @@
 """dqn_atari_mp.py: real worker processes on real ALE games, and how they end."""
 
 import collections
-import glob
 import multiprocessing.reduction
 import os
 import re
@@ -32,6 +31,9 @@ import dqn_atari_mp
 import plumbing.checkpoints
 import plumbing.flags
 import plumbing.run
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import mp_kill  # noqa: E402  (its reading of /dev/shm)
 
 SMALL = [
     "--total-timesteps",
@@ -129,28 +131,11 @@ def run_dir_of(cwd):
 
 
 def shm_left(before):
-    """What the run left in /dev/shm (named semaphores, shared memory): entries not there `before` that no live
-    process maps (a live run's, maybe another test's, are mapped: their inodes are in its maps), still there 2 s later."""
-
-    def unmapped():
-        mapped = set()
-        for maps in glob.glob("/proc/[0-9]*/maps"):
-            try:
-                with open(maps) as f:
-                    mapped |= {int(line.split()[4]) for line in f if "/dev/shm/" in line}
-            except OSError:  # a process that has just ended
-                pass
-        left = set()
-        for name in set(os.listdir("/dev/shm")) - before:
-            try:
-                left |= {name} if os.stat(f"/dev/shm/{name}").st_ino not in mapped else set()
-            except FileNotFoundError:  # removed meanwhile
-                pass
-        return left
-
-    first = unmapped()
+    """What the run left in /dev/shm: benchmark/mp_kill.py's reading (entries not there `before` that no live
+    process maps), of entries still there 2 s later."""
+    first = set(mp_kill.shm_left(before))
     time.sleep(2)
-    return sorted(first & unmapped())
+    return sorted(first & set(mp_kill.shm_left(before)))
 
 
 def stop_and_check(proc, send, workers, shm_before, code):
