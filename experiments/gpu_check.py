@@ -140,6 +140,18 @@ def larger_batch_flags(script, quick):
     return set_flag(flags, "--total-timesteps", starts + (110 if quick else 500) * k)
 
 
+def end_group(group, within):
+    """Wait `within` s for the processes of a group to end by themselves, then SIGKILL those left."""
+    deadline = time.time() + within
+    try:
+        while time.time() < deadline:
+            os.killpg(group, 0)  # ProcessLookupError once none is left
+            time.sleep(0.1)
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run(script, flags, scratch, args, threads=None):
     """Run a script as a user does, in a directory of its own; its output and its run directory.
     threads: its OMP_NUM_THREADS, where not --threads or the threads its workers leave of torch's default."""
@@ -164,11 +176,12 @@ def run(script, flags, scratch, args, threads=None):
         raise CheckFailed(f"python {shlex.join(command)} ran past --timeout {args.timeout:g} s") from None
     finally:
         if proc.poll() is None:  # (the workers left would take cores from the next run timed)
-            if hasattr(os, "killpg"):
-                os.killpg(proc.pid, signal.SIGKILL)
-            else:  # Windows: no process groups; dqn_atari_mp.py's workers end as they see their learner gone
-                proc.kill()
+            # The learner alone first: its workers end as they see it gone, and then multiprocessing's
+            # resource tracker removes the queue's semaphores from /dev/shm (killed with it, it could not).
+            proc.kill()
             proc.communicate()
+            if hasattr(os, "killpg"):  # Windows: no process groups
+                end_group(proc.pid, within=10)
     print(f": {time.time() - start:.0f} s", flush=True)
     if proc.returncode != 0:
         tail = " | ".join((err or out).strip().splitlines()[-3:])

@@ -20,6 +20,7 @@ from conftest import ROOT
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))  # stopping.py
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 import gpu_check as gpu_check_module  # noqa: E402
+import mp_kill  # noqa: E402
 
 import plumbing.evaluation  # noqa: E402
 
@@ -151,8 +152,10 @@ def test_a_run_past_its_timeout_is_ended_with_its_workers(tmp_path):
     running would take cores from the next run timed."""
     args = types.SimpleNamespace(extra=[], threads=1, timeout=8.0)
     flags = ["--no-cuda", "--total-timesteps", "100000", "--learning-starts", "100000", "--workers-count", "2"]
+    shm_before = set(os.listdir("/dev/shm"))
     with pytest.raises(gpu_check_module.CheckFailed, match="ran past --timeout 8 s"):
         gpu_check_module.run("dqn_atari_mp.py", flags, str(tmp_path), args)
+    assert mp_kill.shm_left(shm_before) == []  # the queue's semaphores: its resource tracker was left to remove them
     left = []  # processes still in the run's directory
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
