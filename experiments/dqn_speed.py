@@ -50,6 +50,34 @@ from sweep import flags_error, load_script, torch_default_threads  # noqa: E402
 
 DQN_SCRIPTS = ["dqn_atari.py", "dqn_atari_vec.py", "dqn_atari_mp.py"]  # those that log charts/updates
 
+# Learning: epsilon already at 0.01, one update per 4 steps.
+LEARNING_FLAGS = [
+    "--total-timesteps",
+    "5000",
+    "--learning-starts",
+    "1000",
+    "--buffer-size",
+    "10000",
+    "--exploration-fraction",
+    "0.01",
+    "--learn-steps-period",
+    "4",
+]
+# Warm-up: epsilon 1 -> 0.92.
+# 60k steps: long enough for several progress lines (one per 5 s) even where the warm-up runs at 5,000 steps/s
+WARM_UP_FLAGS = [
+    "--total-timesteps",
+    "60000",
+    "--learning-starts",
+    "60000",
+    "--buffer-size",
+    "30000",
+    "--exploration-fraction",
+    "1.0",
+    "--end-e",
+    "0.92",
+]
+
 
 def bare_update_rate(seconds, batch_size=32):
     # the script's network, memory layout and optimizer
@@ -247,19 +275,7 @@ def main(argv=None):
         p.error("argument --learn-steps-periods: each K must be an integer from 1 to 1,000")
     if any(not 1 <= n <= os.cpu_count() for n in args.threads_counts):  # more would only wait for each other
         p.error(f"argument --threads-counts: each N must be an integer from 1 to the {os.cpu_count()} cores here")
-    # Learning: epsilon already at 0.01, one update per 4 steps.
-    learn = [
-        "--total-timesteps",
-        "5000",
-        "--learning-starts",
-        "1000",
-        "--buffer-size",
-        "10000",
-        "--exploration-fraction",
-        "0.01",
-        "--learn-steps-period",
-        "4",
-    ]
+    learn = LEARNING_FLAGS
     settings = {}  # each --settings entry: its script, the flags of its learning-phase runs, its transitions sampled a step
     for entry in args.settings:
         try:
@@ -277,20 +293,7 @@ def main(argv=None):
         ("bare update rate, batch 32 (updates/s)", f"{updates_per_s:.1f}", ""),
         ("bare emulator, 1 env (steps/s)", f"{env_1:,.0f}", ""),
     ]
-    # Warm-up: epsilon 1 -> 0.92.
-    # 60k steps: long enough for several progress lines (one per 5 s) even where the warm-up runs at 5,000 steps/s
-    warm = [
-        "--total-timesteps",
-        "60000",
-        "--learning-starts",
-        "60000",
-        "--buffer-size",
-        "30000",
-        "--exploration-fraction",
-        "1.0",
-        "--end-e",
-        "0.92",
-    ]
+    warm = WARM_UP_FLAGS
     bound = 4 * updates_per_s
     parts_ms = built_ms["+ 4 game steps"]  # the loop without its logging and bookkeeping
     parts_bound = 4000 / parts_ms  # steps/s

@@ -16,31 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 import dqn_speed as ds  # noqa: E402
 
-# dqn_speed.py's phases: learning with epsilon at its end, one update per 4 steps; warm-up, epsilon 1 -> 0.92
-learn = [
-    "--total-timesteps",
-    "5000",
-    "--learning-starts",
-    "1000",
-    "--buffer-size",
-    "10000",
-    "--exploration-fraction",
-    "0.01",
-    "--learn-steps-period",
-    "4",
-]
-warm = [
-    "--total-timesteps",
-    "60000",
-    "--learning-starts",
-    "60000",
-    "--buffer-size",
-    "30000",
-    "--exploration-fraction",
-    "1.0",
-    "--end-e",
-    "0.92",
-]
+learn, warm = ds.LEARNING_FLAGS, ds.WARM_UP_FLAGS  # its phases: learning at epsilon's end; warm-up, 1 -> 0.92
 mp = ["--workers-count", "2"]
 pipes, rounds = sys.argv[1], int(sys.argv[2])
 scripts = {
