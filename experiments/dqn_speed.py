@@ -275,7 +275,7 @@ def main(argv=None):
         p.error("argument --learn-steps-periods: each K must be an integer from 1 to 1,000")
     if any(not 1 <= n <= os.cpu_count() for n in args.threads_counts):  # more would only wait for each other
         p.error(f"argument --threads-counts: each N must be an integer from 1 to the {os.cpu_count()} cores here")
-    learn = LEARNING_FLAGS
+    learn = LEARNING_FLAGS  # (a list the runs below extend, never change)
     settings = {}  # each --settings entry: its script, the flags of its learning-phase runs, its transitions sampled a step
     for entry in args.settings:
         try:

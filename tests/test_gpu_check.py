@@ -17,7 +17,7 @@ import types
 import pytest
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "benchmark"))  # stopping.py
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))  # stopping.py, mp_kill.py
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 import gpu_check as gpu_check_module  # noqa: E402
 import mp_kill  # noqa: E402
