@@ -83,7 +83,8 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
     # dqn_atari.py too: the base of the larger-batch setting's ratios
     args = ["--cpu-only", "--quick", "--threads", "1", "--scripts", "dqn_atari.py", "dqn_atari_mp.py"]
     args += ["--workers-counts", "1", "2"]
-    args += ["--cpu-threads", "1", "2", "64"]  # 64: more than this machine has, skipped
+    # 64: more than this machine has, skipped (not 2 here: two threads on a suite's busy cores take 30 s)
+    args += ["--cpu-threads", "1", "64"]
     status, out, err = gpu_check(args, tmp_path)
     assert status == 0, out[-3000:] + err[-3000:]
     header = (
@@ -97,8 +98,8 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
     for script in ["dqn_atari.py", "dqn_atari_mp.py"]:  # a row of numbers: steps/s on both, their ratio
         assert re.search(rf"^\| {re.escape(script)} \| [\d,]+ \| [\d,]+ \| \d+\.\d\d \|$", out, re.M), (script, out[-2000:])
     # each rate is printed as it is measured too (the table alone would be lost to a time limit): the checks' 2, the
-    # larger-batch setting, 2 worker counts (2 is the check's own run), 2 thread counts
-    assert len(re.findall(r"^    learning phase: [\d,]+ steps/s( on the CPU as GPU, [\d,]+ on the CPU)?$", out, re.M)) == 6
+    # larger-batch setting, 2 worker counts (2 is the check's own run), 1 thread count
+    assert len(re.findall(r"^    learning phase: [\d,]+ steps/s( on the CPU as GPU, [\d,]+ on the CPU)?$", out, re.M)) == 5
     # fewer, larger updates (issue 59), quick: twice the batch at twice K; its rate, as a ratio to dqn_atari.py's too
     assert "\nFewer, larger updates at dqn_atari.py's replay ratio (batch / K), learning phase, steps/s (--quick" in out
     assert "| setting | CPU as GPU | CPU | CPU as GPU / CPU | CPU as GPU: to dqn_atari.py | CPU: to dqn_atari.py |" in out
@@ -113,7 +114,7 @@ def test_the_whole_check_passes_on_the_cpu(tmp_path):
     assert "not timed: --workers-count 4, 8" in out
     assert re.search(r"^\| 1 \| [\d,]+ \| 1\.00 \|$", out, re.M) and re.search(r"^\| 2 \| [\d,]+ \| \d+\.\d\d \|$", out, re.M)
     assert "dqn_atari.py, learning phase on the CPU by torch threads" in out
-    assert re.search(r"^\| 1 \| [\d,]+ \|$", out, re.M) and re.search(r"^\| 2 \| [\d,]+ \|$", out, re.M)
+    assert re.search(r"^\| 1 \| [\d,]+ \|$", out, re.M)
     assert not re.search(r"^\| 64 \|", out, re.M)
     copy = re.search(
         r"^dqn_atari_mp.py's weight copy for its workers, CPU as GPU to shared CPU memory: (\d+\.\d\d) ms, "
