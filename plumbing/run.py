@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import torch
+from torch.utils.tensorboard import SummaryWriter
 
 from plumbing.checkpoints import DISK_FULL, Checkpoints, ReplayFiles, hold_run_dir, read_checkpoint, replay_problem
 from plumbing.evaluation import evaluate_and_log
@@ -156,10 +157,6 @@ class Run:
             start_wandb(args, self.dir)
         self.checkpoints = None  # made by start()
         self.last_charts = ()  # the charts of the last step_done
-        # imported here, not at the top: the package's other users (dqn_atari_mp.py's workers, a refused command line)
-        # start 0.3 s sooner without it
-        from torch.utils.tensorboard import SummaryWriter
-
         # what was logged at the checkpoint's step itself came before the save
         self.writer = Logs(SummaryWriter(self.dir, purge_step=None if self.checkpoint is None else step + 1), self)
         table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items())

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import test_dqn_atari
 import torch
-import torch.utils.tensorboard
 from conftest import ROOT
 
 import dqn_atari
@@ -211,12 +210,12 @@ def test_a_full_disk_ends_the_run_in_one_line_and_resume_goes_on_from_the_last_c
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_add_scalar(self, tag, *args, **kwargs)
 
-    real_add_scalar = torch.utils.tensorboard.SummaryWriter.add_scalar
+    real_add_scalar = plumbing.run.SummaryWriter.add_scalar
     with monkeypatch.context() as full_disk:
         if what == "replay":
             full_disk.setattr(plumbing.checkpoints, "write_rows", write_rows)
         elif what == "events":  # TensorBoard's thread found the disk full: its writer raises at the next call
-            full_disk.setattr(torch.utils.tensorboard.SummaryWriter, "add_scalar", add_scalar)
+            full_disk.setattr(plumbing.run.SummaryWriter, "add_scalar", add_scalar)
         else:
             full_disk.setattr(torch, "save", save)
         with pytest.raises(SystemExit) as stopped:
